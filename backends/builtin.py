@@ -1,0 +1,125 @@
+"""Specs of the backends torch ships: gloo, nccl, mpi, ucc.
+
+Every gap below was observed on torch 2.13 (gloo, on this CPU machine) or is
+documented by the backend's own code (nccl, mpi, ucc: the error text torch
+raises is quoted where known). A gap is a finding, not an excuse: the case
+still runs as a strict xfail so the report shows the backend's real error.
+"""
+
+from __future__ import annotations
+
+from .spec import Availability, BackendSpec, Gap
+
+INTEGER_DTYPES = ("int32", "int64", "uint8")
+
+
+def _gloo_available() -> Availability:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return Availability(False, "torch was built without torch.distributed")
+    if not dist.is_gloo_available():
+        return Availability(False, "torch was built without gloo")
+    return Availability(True)
+
+
+def _nccl_available() -> Availability:
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_nccl_available():
+        return Availability(False, "torch was built without NCCL (CPU-only build)")
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        return Availability(False, "nccl needs CUDA GPUs and this machine has none")
+    return Availability(True)
+
+
+def _mpi_available() -> Availability:
+    import shutil
+
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_mpi_available():
+        return Availability(False, "torch was built without MPI (mpi is only compiled in from source)")
+    if shutil.which("mpirun") is None:
+        return Availability(False, "mpi backend needs mpirun on PATH to launch ranks")
+    return Availability(True)
+
+
+def _ucc_available() -> Availability:
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_ucc_available():
+        return Availability(False, "torch was built without UCC")
+    return Availability(True)
+
+
+GLOO_GAPS = (
+    Gap(
+        {"feature": "send_to_self"},
+        "gloo's tcp transport has no pair to itself: send/recv to the own rank fails with "
+        "'enforce fail ... state_ >= CONNECTED' (torch 2.13)",
+    ),
+    Gap(
+        {"collective": "all_reduce", "layout": "non_contiguous"},
+        "gloo all_reduce of a non-contiguous view reduces the first numel() elements of the "
+        "underlying storage instead of the view's elements (observed on torch 2.13)",
+    ),
+)
+
+NCCL_GAPS = (
+    Gap({"op": ("band", "bor", "bxor")}, "NCCL has no bitwise reductions: 'Cannot use ReduceOp.BAND with NCCL'"),
+    Gap({"feature": "recv_any_source"}, "NCCL cannot receive from any source (ProcessGroupNCCL has no recvAnysource)"),
+    Gap({"feature": "monitored_barrier"}, "monitored_barrier is implemented by gloo only"),
+)
+
+MPI_GAPS = (
+    Gap({"feature": "monitored_barrier"}, "monitored_barrier is implemented by gloo only"),
+    Gap({"feature": "group_timeout"}, "ProcessGroupMPI ignores timeouts: a skipped collective blocks forever",
+        outcome="skip"),
+    Gap({"feature": "barrier_timeout"}, "ProcessGroupMPI ignores timeouts: a skipped barrier blocks forever",
+        outcome="skip"),
+    Gap({"collective": "reduce_scatter"}, "ProcessGroupMPI does not implement reduce_scatter"),
+)
+
+UCC_GAPS = (
+    Gap({"feature": "monitored_barrier"}, "monitored_barrier is implemented by gloo only"),
+    Gap({"feature": "recv_any_source"}, "ProcessGroupUCC does not implement recvAnysource"),
+)
+
+
+BUILTIN_SPECS: dict[str, BackendSpec] = {
+    "gloo": BackendSpec(
+        name="gloo",
+        device_type="cpu",
+        check_available=_gloo_available,
+        gaps=GLOO_GAPS,
+        description="Gloo over TCP, CPU tensors",
+    ),
+    "nccl": BackendSpec(
+        name="nccl",
+        device_type="cuda",
+        check_available=_nccl_available,
+        # Blocking wait makes a timed-out collective raise in the calling thread,
+        # which is what the timeout clauses check; without it NCCL's watchdog
+        # aborts the process asynchronously.
+        rank_env={"TORCH_NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"},
+        gaps=NCCL_GAPS,
+        description="NCCL on CUDA devices, rank r on cuda:r",
+    ),
+    "mpi": BackendSpec(
+        name="mpi",
+        device_type="cpu",
+        check_available=_mpi_available,
+        launcher=("mpirun", "--oversubscribe", "-np", "{world_size}"),
+        gaps=MPI_GAPS,
+        description="MPI; ranks are launched by mpirun",
+    ),
+    "ucc": BackendSpec(
+        name="ucc",
+        device_type="cpu",
+        check_available=_ucc_available,
+        gaps=UCC_GAPS,
+        description="UCC collectives, CPU tensors",
+    ),
+}

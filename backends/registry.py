@@ -1,0 +1,99 @@
+"""Which backends exist: built-in specs, the reference backend, and plugins.
+
+A plugin is a module named by ``--backend-plugin``. Importing it must call
+``torch.distributed.Backend.register_backend``; it may also define
+``DISTCONFORM_SPEC`` (a BackendSpec, or a list of them) to declare its
+capabilities. Without one the backend gets a spec with no gaps: it is held to
+the full contract.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .builtin import BUILTIN_SPECS
+from .spec import Availability, BackendSpec
+
+# Modules that, when importable, contribute backends of this project.
+PROJECT_BACKEND_MODULES = ("backends.reference",)
+
+
+class UnknownBackend(ValueError):
+    pass
+
+
+class PluginImportError(ImportError):
+    pass
+
+
+def load_plugin(module_name: str) -> list[BackendSpec]:
+    """Import a plugin module (registering its backend) and return the specs it declares."""
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise PluginImportError(f"--backend-plugin {module_name}: import failed: {exc!r}") from exc
+    declared = getattr(module, "DISTCONFORM_SPEC", None)
+    if declared is None:
+        return []
+    return list(declared) if isinstance(declared, (list, tuple)) else [declared]
+
+
+def _project_specs() -> list[BackendSpec]:
+    specs: list[BackendSpec] = []
+    for module_name in PROJECT_BACKEND_MODULES:
+        try:
+            specs += load_plugin(module_name)
+        except PluginImportError as exc:
+            if isinstance(exc.__cause__, ModuleNotFoundError) and exc.__cause__.name == module_name:
+                continue  # not built yet in this checkout
+            raise
+    return specs
+
+
+def _registered_plugin_names() -> list[str]:
+    """Backends registered with torch by any imported module (names are stored upper-case)."""
+    import torch.distributed as dist
+
+    return sorted(name.lower() for name in getattr(dist.Backend, "_plugins", {}))
+
+
+def _plugin_device_type(name: str) -> str:
+    import torch.distributed as dist
+
+    devices = dist.Backend.backend_capability.get(name.lower(), ["cpu"])
+    return "cpu" if "cpu" in devices else devices[0]
+
+
+class BackendRegistry:
+    """Resolves backend names to specs; built once per pytest session (and per rank)."""
+
+    def __init__(self, plugin_modules: list[str] | tuple[str, ...] = ()):
+        self.plugin_modules = tuple(plugin_modules)
+        self.specs: dict[str, BackendSpec] = dict(BUILTIN_SPECS)
+        for spec in _project_specs():
+            self.specs[spec.name] = spec
+        for module_name in self.plugin_modules:
+            for spec in load_plugin(module_name):
+                self.specs[spec.name] = spec
+        for name in _registered_plugin_names():
+            if name not in self.specs:
+                self.specs[name] = BackendSpec(
+                    name=name,
+                    device_type=_plugin_device_type(name),
+                    check_available=lambda: Availability(True),
+                    description="plugin backend without a spec: held to the full contract",
+                    has_spec=False,
+                )
+
+    @property
+    def known(self) -> list[str]:
+        return sorted(self.specs)
+
+    def get(self, name: str) -> BackendSpec:
+        try:
+            return self.specs[name]
+        except KeyError:
+            raise UnknownBackend(
+                f"unknown backend {name!r}; known backends: {', '.join(self.known)} "
+                "(load others with --backend-plugin MODULE)"
+            ) from None
