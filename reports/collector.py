@@ -1,0 +1,98 @@
+"""pytest plugin gathering one record per test case and writing the reports.
+
+The files are written by the controlling pytest process only (under xdist,
+worker reports are forwarded to it by pytest-xdist), so a run writes one set:
+
+* ``<report-dir>/conformance.json``  every case (reports/json_report.py)
+* ``<report-dir>/junit.xml``          pytest's own junitxml, switched on here
+* ``<report-dir>/summary.md``         backend x area table (reports/markdown.py)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from .json_report import write_json
+from .markdown import write_markdown
+from .records import record_from_report
+
+
+def pytest_addoption(parser):
+    parser.getgroup("distconform").addoption(
+        "--report-dir", default=os.path.join("reports", "out"),
+        help="where conformance.json, junit.xml and summary.md go (default: reports/out, git-ignored)")
+
+
+def _is_xdist_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def report_dir(config) -> str:
+    path = config.getoption("report_dir")
+    return path if os.path.isabs(path) else os.path.join(str(config.invocation_params.dir), path)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if _is_xdist_worker(config):
+        return
+    # Use pytest's JUnit writer rather than a home-made one; only choose its path.
+    if not getattr(config.option, "xmlpath", None):
+        config.option.xmlpath = os.path.join(report_dir(config), "junit.xml")
+    config.pluginmanager.register(ReportCollector(config), "distconform-report-collector")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    # user_properties travel with xdist reports, so area and clause reach the controller.
+    for item in items:
+        area, clause = area_and_clause(item)
+        item.user_properties.append(("area", area))
+        item.user_properties.append(("clause", clause))
+
+
+def area_and_clause(item) -> tuple[str, str]:
+    """Area = the suites/ sub-folder; clause = the first line of the test's docstring."""
+    parts = os.path.relpath(str(item.path), str(item.config.rootpath)).split(os.sep)
+    area = parts[1] if len(parts) > 2 and parts[0] == "suites" else parts[0]
+    function = getattr(item, "function", None)
+    doc = (function.__doc__ or "").strip() if function is not None else ""
+    clause = doc.splitlines()[0] if doc else getattr(item, "originalname", item.name)
+    return area, clause
+
+
+class ReportCollector:
+    def __init__(self, config):
+        self.config = config
+        self.records: dict = {}
+        self.started = time.time()
+
+    def pytest_runtest_logreport(self, report):
+        record = record_from_report(report, self.records.get(report.nodeid))
+        if record is not None:
+            self.records[report.nodeid] = record
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.config.option.collectonly:
+            return
+        out = report_dir(self.config)
+        os.makedirs(out, exist_ok=True)
+        meta = {
+            "backends": self.config.getoption("backend"),
+            "world_sizes": self.config.getoption("world_size"),
+            "plugins": self.config.getoption("backend_plugin"),
+            "wall_seconds": round(time.time() - self.started, 3),
+            "exit_status": int(exitstatus),
+        }
+        records = list(self.records.values())
+        write_json(os.path.join(out, "conformance.json"), records, meta)
+        write_markdown(os.path.join(out, "summary.md"), records, meta)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        out = report_dir(self.config)
+        terminalreporter.write_sep("-", "distconform report")
+        terminalreporter.write_line(f"report: {os.path.join(out, 'summary.md')} "
+                                    f"(conformance.json and junit.xml beside it)")

@@ -1,0 +1,74 @@
+"""One record per test case, built from pytest's reports (setup, call, teardown)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+ERROR_LINES = 12
+
+
+@dataclass
+class CaseRecord:
+    nodeid: str
+    area: str = ""
+    clause: str = ""
+    backend: str = ""
+    world_size: int | None = None
+    outcome: str = ""  # passed, failed, error, skipped, xfailed, xpassed
+    duration: float = 0.0
+    reason: str = ""  # skip reason, or the xfail's declared gap
+    error: str = ""  # first lines of the error (also for xfail: the backend's actual behaviour)
+    phases: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("phases")
+        return data
+
+
+def _first_lines(text: str, n: int = ERROR_LINES) -> str:
+    """The informative head of a failure: the 'E ' lines pytest marks, else the tail."""
+    lines = text.splitlines()
+    marked = [line[2:].strip() for line in lines if line.startswith("E ")]
+    chosen = marked if marked else lines[-n:]
+    return "\n".join(chosen[:n])
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr or "")
+
+
+def record_from_report(report, previous: CaseRecord | None) -> CaseRecord | None:
+    record = previous or CaseRecord(nodeid=report.nodeid)
+    props = dict(report.user_properties)
+    record.area = props.get("area", record.area)
+    record.clause = props.get("clause", record.clause)
+    record.backend = props.get("backend", record.backend)
+    record.world_size = props.get("world_size", record.world_size)
+    record.duration += report.duration
+    record.phases[report.when] = report.outcome
+
+    xfail_reason = getattr(report, "wasxfail", None)
+    if report.when == "setup" and report.skipped:
+        record.outcome = "xfailed" if xfail_reason is not None else "skipped"
+        record.reason = xfail_reason if xfail_reason is not None else _skip_reason(report)
+    elif report.failed and report.when in ("setup", "teardown"):
+        record.outcome = "error"
+        record.error = _first_lines(report.longreprtext)
+    elif report.when == "call":
+        if xfail_reason is not None:
+            record.outcome = "xfailed" if report.skipped else "xpassed"
+            record.reason = xfail_reason
+            if report.skipped:
+                record.error = _first_lines(report.longreprtext)
+        elif report.skipped:
+            record.outcome = "skipped"
+            record.reason = _skip_reason(report)
+        else:
+            record.outcome = report.outcome
+            if report.failed:
+                record.error = _first_lines(report.longreprtext)
+    return record
