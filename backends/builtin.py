@@ -65,6 +65,11 @@ GLOO_GAPS = (
         "gloo all_reduce of a non-contiguous view reduces the first numel() elements of the "
         "underlying storage instead of the view's elements (observed on torch 2.13)",
     ),
+    Gap(
+        {"collective": "all_to_all", "form": "list", "split": "uneven"},
+        "gloo's list-form alltoall requires every tensor to have the same size: "
+        "'ProcessGroupGloo::alltoall: invalid tensor size' (use all_to_all_single with split sizes)",
+    ),
 )
 
 NCCL_GAPS = (

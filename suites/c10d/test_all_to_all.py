@@ -56,26 +56,31 @@ def _expected_list(rank, world_size, uneven, dtype):
     return [chunk(i, rank, uneven, dtype) for i in range(world_size)]
 
 
-@pytest.mark.parametrize("uneven", [False, True], ids=["even", "uneven"])
+@pytest.mark.needs(form="list")
+@pytest.mark.parametrize("split", ["even", "uneven"])
 @pytest.mark.parametrize("dtype", ["float32", "int64"])
-def test_all_to_all_list(world, dtype, uneven):
+def test_all_to_all_list(world, dtype, split):
     """all_to_all (list form): output i on rank j is input j of rank i."""
+    uneven = split == "uneven"
     results = world.run(all_to_all_list, uneven, dtype)
     for rank, outputs in enumerate(results):
         for source, expected in enumerate(_expected_list(rank, world.world_size, uneven, dtype)):
             expect_tensor(outputs[source], expected, f"all_to_all output {source} on rank {rank}")
 
 
-@pytest.mark.parametrize("uneven", [False, True], ids=["even", "uneven"])
+@pytest.mark.needs(form="single")
+@pytest.mark.parametrize("split", ["even", "uneven"])
 @pytest.mark.parametrize("dtype", ["float32", "int64"])
-def test_all_to_all_single(world, dtype, uneven):
+def test_all_to_all_single(world, dtype, split):
     """all_to_all_single: rank j's output is, in rank order, the j-th split of every rank's input."""
+    uneven = split == "uneven"
     results = world.run(all_to_all_single, uneven, dtype)
     for rank, out in enumerate(results):
         expected = torch.cat(_expected_list(rank, world.world_size, uneven, dtype))
         expect_tensor(out, expected, f"all_to_all_single ({'uneven' if uneven else 'even'}) on rank {rank}")
 
 
+@pytest.mark.needs(split="uneven")
 @pytest.mark.parametrize("form", ["list", "single"])
 def test_all_to_all_async(world, form):
     """all_to_all(async_op=True): after wait() every chunk is in place (uneven splits)."""
