@@ -52,6 +52,15 @@ def render(records, meta: dict) -> str:
             out.append(f"| {backend} | {_one_line(reason)} | {len(cases)} | {_one_line(cases[0].error)} |")
         out.append("")
 
+    findings = [r for r in records if r.findings]
+    if findings:
+        out += ["## Findings (what the backend did, as recorded by the clause)", "",
+                "| case | outcome | finding |", "|---|---|---|"]
+        for r in sorted(findings, key=lambda r: r.nodeid):
+            for finding in r.findings:
+                out.append(f"| `{r.nodeid}` | {r.outcome} | {_one_line(finding, 220)} |")
+        out.append("")
+
     skips = Counter((r.backend, r.reason) for r in records if r.outcome == "skipped")
     if skips:
         out += ["## Skipped", "", "| backend | reason | cases |", "|---|---|---|"]

@@ -18,6 +18,7 @@ class CaseRecord:
     duration: float = 0.0
     reason: str = ""  # skip reason, or the xfail's declared gap
     error: str = ""  # first lines of the error (also for xfail: the backend's actual behaviour)
+    findings: list = field(default_factory=list)  # what the backend did, recorded by the test
     phases: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -48,6 +49,9 @@ def record_from_report(report, previous: CaseRecord | None) -> CaseRecord | None
     record.clause = props.get("clause", record.clause)
     record.backend = props.get("backend", record.backend)
     record.world_size = props.get("world_size", record.world_size)
+    for name, value in report.user_properties:
+        if name == "finding" and value not in record.findings:
+            record.findings.append(value)
     record.duration += report.duration
     record.phases[report.when] = report.outcome
 

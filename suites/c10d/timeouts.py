@@ -1,0 +1,46 @@
+"""Rank-side helpers for clauses where one rank deliberately stays away."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from fixtures.rank import ctx
+
+
+def fresh_group(timeout_s: float, ranks=None):
+    """A new group with its own timeout, entered by every rank of the world.
+
+    Never cached: a group that has seen a timeout is unusable afterwards.
+    """
+    return dist.new_group(ranks=ranks, timeout=timedelta(seconds=timeout_s))
+
+
+def call_while_one_rank_skips(operation, timeout_s: float, absent: int, ranks=None):
+    """Every member but ``absent`` calls ``operation(group)``; report how each call ended.
+
+    Returns (raised, seconds, error text) for participants and None for the absent rank
+    and for non-members. The group is destroyed afterwards on every rank.
+    """
+    group = fresh_group(timeout_s, ranks)
+    outcome = None
+    member = ranks is None or ctx.rank in ranks
+    participants = [r for r in (ranks if ranks is not None else range(ctx.world_size)) if r != absent]
+    if member and ctx.rank != absent:
+        start = time.perf_counter()
+        try:
+            operation(group)
+            outcome = (False, time.perf_counter() - start, "")
+        except Exception as exc:  # the finding: the backend's own error text
+            outcome = (True, time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
+        ctx.store.set(f"finished/{ctx.rank}", "1")
+    elif ctx.rank == absent:
+        # Stay away from the operation but keep the group open until the others
+        # are done: closing it early would fail them with "connection closed"
+        # at once, and the timeout would never be exercised.
+        ctx.store.wait([f"finished/{r}" for r in participants], timedelta(seconds=timeout_s + 60))
+    if member:
+        dist.destroy_process_group(group)
+    return outcome
