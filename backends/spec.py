@@ -85,6 +85,7 @@ def _normalise(value: object) -> object:
     text = str(value)
     if text.startswith("torch."):
         return text[len("torch."):]
-    if text.startswith("ReduceOp."):
-        return text[len("ReduceOp."):].lower()
+    for prefix in ("ReduceOp.", "RedOpType."):  # str(dist.ReduceOp.SUM) is "RedOpType.SUM" on torch 2.x
+        if text.startswith(prefix):
+            return text[len(prefix):].lower()
     return value
