@@ -70,6 +70,12 @@ GLOO_GAPS = (
         "gloo's list-form alltoall requires every tensor to have the same size: "
         "'ProcessGroupGloo::alltoall: invalid tensor size' (use all_to_all_single with split sizes)",
     ),
+    Gap(
+        {"bad_input": ("all_reduce_mismatched_shapes", "all_reduce_mismatched_dtypes")},
+        "gloo does not check that ranks agree on sizes/dtypes: a mismatch aborts a rank "
+        "(uncaught gloo::EnforceNotMet 'Received data size doesn't match expected size', SIGABRT) "
+        "or one rank returns silently while the others time out",
+    ),
 )
 
 NCCL_GAPS = (
