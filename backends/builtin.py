@@ -99,6 +99,17 @@ UCC_GAPS = (
 )
 
 
+def _project_module_available(module: str, what: str) -> "callable":
+    """Availability of a backend this project ships: present once its module exists here."""
+    def check() -> Availability:
+        import importlib.util
+
+        if importlib.util.find_spec(module) is None:
+            return Availability(False, f"{what} ({module}) is not part of this checkout yet")
+        return Availability(True)
+    return check
+
+
 BUILTIN_SPECS: dict[str, BackendSpec] = {
     "gloo": BackendSpec(
         name="gloo",
@@ -132,5 +143,19 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
         check_available=_ucc_available,
         gaps=UCC_GAPS,
         description="UCC collectives, CPU tensors",
+    ),
+    # Backends of this project. Their modules replace these placeholder specs
+    # with their own DISTCONFORM_SPEC when present (backends/registry.py).
+    "reference": BackendSpec(
+        name="reference",
+        device_type="cpu",
+        check_available=_project_module_available("backends.reference", "the pure-Python reference process group"),
+        description="pure-Python reference process group (the oracle)",
+    ),
+    "native": BackendSpec(
+        name="native",
+        device_type="cpu",
+        check_available=_project_module_available("backends.native", "the C++ c10d backend built from native/"),
+        description="C++ c10d Backend built with torch.utils.cpp_extension",
     ),
 }

@@ -15,7 +15,7 @@ from .builtin import BUILTIN_SPECS
 from .spec import Availability, BackendSpec
 
 # Modules that, when importable, contribute backends of this project.
-PROJECT_BACKEND_MODULES = ("backends.reference",)
+PROJECT_BACKEND_MODULES = ("backends.reference", "backends.native")
 
 
 class UnknownBackend(ValueError):
