@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from fixtures.rank import ctx
 
-GROUP_TIMEOUT_S = 1.0
+GROUP_TIMEOUT_S = 0.5
 
 
 def _mismatched_shapes(group):

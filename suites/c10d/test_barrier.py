@@ -14,7 +14,7 @@ from fixtures.rank import ctx
 from suites.c10d.timeouts import call_while_one_rank_skips
 
 LATE_BY_S = 0.2
-TIMEOUT_S = 1.0
+TIMEOUT_S = 0.5
 TIMEOUT_SLACK_S = 5.0
 
 
