@@ -76,6 +76,20 @@ GLOO_GAPS = (
         "(uncaught gloo::EnforceNotMet 'Received data size doesn't match expected size', SIGABRT) "
         "or one rank returns silently while the others time out",
     ),
+    Gap(
+        {"bad_peer": ("send_to_world_size", "send_to_negative_rank", "recv_from_world_size")},
+        "gloo does not validate p2p peer ranks: send/recv to rank world_size or -1 looks the rank up "
+        "out of bounds in gloo::transport::tcp::Context::getPair, waits in the store for its address "
+        "until the group timeout ('DistStoreError: wait timeout after ...ms'; on the default group it "
+        "did not return within 300 s) and leaves the heap corrupt: the rank later aborts ('double free "
+        "or corruption') or segfaults (torch 2.13)",
+    ),
+    Gap(
+        {"feature": "recv_any_source", "shape": "empty"},
+        "gloo cannot receive an empty tensor from any source: recv without src fails with "
+        "'enforce fail at gloo/transport/tcp/unbound_buffer.cc:184 offset < this->size. 0 vs 0' "
+        "(recv from a named source of an empty tensor works; torch 2.13)",
+    ),
 )
 
 NCCL_GAPS = (
