@@ -92,6 +92,8 @@ class ReportCollector:
         write_markdown(os.path.join(out, "summary.md"), records, meta)
 
     def pytest_terminal_summary(self, terminalreporter):
+        if self.config.option.collectonly:
+            return  # nothing was written (see pytest_sessionfinish): do not point at stale files
         out = report_dir(self.config)
         terminalreporter.write_sep("-", "distconform report")
         terminalreporter.write_line(f"report: {os.path.join(out, 'summary.md')} "

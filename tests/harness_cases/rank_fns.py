@@ -1,0 +1,61 @@
+"""Module-level functions that tests send to rank processes with ``World.run``.
+
+They must live in a module the rank processes can import (they are pickled by
+reference), hence here rather than inside the test files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+from fixtures.rank import ctx
+
+
+class RankOneRefused(ValueError):
+    """A distinctive exception type, so a test can check the type crosses the process boundary."""
+
+
+def whoami(tag, *, extra=0):
+    return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
+            "pid": os.getpid(), "tag": tag, "extra": extra}
+
+
+def all_reduce_rank_sum() -> float:
+    """Every rank contributes rank + 1; every rank returns ws * (ws + 1) / 2."""
+    t = torch.tensor([float(ctx.rank + 1)])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def raise_on_rank1():
+    if ctx.rank == 1:
+        raise RankOneRefused("rank 1 refuses: marker-4711")
+    return ctx.rank
+
+
+def hang_rank0_sleeps():
+    """Rank 0 never reaches the barrier the other ranks wait in: a deadlock."""
+    if ctx.rank == 0:
+        time.sleep(120)
+    else:
+        dist.barrier()
+    return ctx.rank
+
+
+def crash_rank1_exit7():
+    if ctx.rank == 1:
+        os._exit(7)
+    dist.barrier()
+    return ctx.rank
+
+
+def crash_rank1_sigkill():
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    return ctx.rank
