@@ -61,9 +61,10 @@ GLOO_GAPS = (
         "'enforce fail ... state_ >= CONNECTED' (torch 2.13)",
     ),
     Gap(
-        {"collective": "all_reduce", "layout": "non_contiguous"},
-        "gloo all_reduce of a non-contiguous view reduces the first numel() elements of the "
-        "underlying storage instead of the view's elements (observed on torch 2.13)",
+        {"layout": "non_contiguous", "collective": ("all_reduce", "broadcast", "scatter", "reduce_scatter")},
+        "gloo treats a strided (non-contiguous) view as if it were contiguous: all_reduce, broadcast, "
+        "scatter and reduce_scatter read/write the first numel() elements of the underlying storage "
+        "instead of the view's elements (observed on torch 2.13; all_gather and gather are correct)",
     ),
     Gap(
         {"collective": "all_to_all", "form": "list", "split": "uneven"},

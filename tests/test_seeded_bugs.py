@@ -1,10 +1,10 @@
 """The seeded-bug gallery: every contract earns its place by failing on a broken backend.
 
 Each module of ``tests/seeded`` (besides the wrapper and the clean control)
-registers gloo with one planted bug. For each, the whole conformance suite
-runs in a subprocess exactly as a user would run it::
+registers gloo with one planted bug. For each, the suite area the module
+names (``SUITE``) runs in a subprocess exactly as a user would run it::
 
-    python -m pytest suites/ --backend-plugin tests.seeded.<module> --backend <module> --world-size 2
+    python -m pytest suites/c10d/test_barrier.py --backend-plugin tests.seeded.<module> --backend <module> --world-size 2
 
 and at least one contract case must fail. ``-x`` stops at the first failure,
 which keeps a bug's run short; the assertion message names the failing case.
@@ -43,10 +43,11 @@ def gallery() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules([SEEDED_DIR]) if m.name not in NOT_BUGS)
 
 
-def run_suite(tmp_path, plugin: str, backend: str, *extra: str, timeout: float) -> tuple[dict, str]:
+def run_suite(tmp_path, plugin: str, backend: str, *extra: str, timeout: float,
+              suite: str = "suites/") -> tuple[dict, str]:
     """Run the conformance suite in a subprocess; return (conformance.json, output tail)."""
     report_dir = tmp_path / "report"
-    cmd = [sys.executable, "-m", "pytest", "suites/", "--backend-plugin", plugin, "--backend", backend,
+    cmd = [sys.executable, "-m", "pytest", suite, "--backend-plugin", plugin, "--backend", backend,
            "--world-size", "2", "-q", "-p", "no:cacheprovider", "--report-dir", str(report_dir), *extra]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     log_path = tmp_path / "pytest.log"
@@ -92,7 +93,8 @@ def test_seeded_bug_is_caught(tmp_path, module):
     extra = ["-x"]
     if getattr(bug, "HANGS", False):
         extra += ["--deadline", str(HANG_DEADLINE_S)]
-    document, tail = run_suite(tmp_path, f"tests.seeded.{module}", spec.name, *extra, timeout=BUG_TIMEOUT_S)
+    document, tail = run_suite(tmp_path, f"tests.seeded.{module}", spec.name, *extra, timeout=BUG_TIMEOUT_S,
+                               suite=bug.SUITE)
     failed = cases_with(document, "failed")
     assert failed, (
         f"seeded bug {module!r} ({bug.__doc__.strip().splitlines()[0]}) was not caught: no contract case "

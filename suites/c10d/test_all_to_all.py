@@ -1,8 +1,9 @@
 """Contract: all_to_all sends chunk j of rank i to rank j, placed at position i.
 
 Both forms (list of tensors, and one flat tensor with optional split sizes),
-with even and uneven splits. With uneven splits rank i sends (i + j + 1)
-elements to rank j, so every (sender, receiver) pair has its own size.
+with even and uneven splits. With uneven splits rank i sends (1 + i + 2j)
+elements to rank j, so every (sender, receiver) pair has its own size and the
+sizes are not symmetric.
 """
 
 import pytest
@@ -17,7 +18,9 @@ pytestmark = pytest.mark.needs(collective="all_to_all")
 
 
 def split_size(sender, receiver, uneven):
-    return sender + receiver + 1 if uneven else 3
+    # asymmetric on purpose: what s sends to r differs from what r sends to s, so a
+    # backend that lays out received chunks by its own send sizes is caught
+    return 1 + sender + 2 * receiver if uneven else 3
 
 
 def chunk(sender, receiver, uneven, dtype="float32"):

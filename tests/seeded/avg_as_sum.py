@@ -10,6 +10,8 @@ import torch.distributed as dist
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
 CONTRACT = "all_reduce AVG is the mean over ranks, not the sum"
+# the suite area whose contract catches it (the gallery runs only this, to stay fast)
+SUITE = "suites/c10d/test_all_reduce.py"
 
 
 class AvgAsSum(GlooWrapper):

@@ -9,6 +9,8 @@ clause that sends two tagged messages and receives them in the other order.
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
 CONTRACT = "send/recv match by tag, not by arrival order"
+# the suite area whose contract catches it (the gallery runs only this, to stay fast)
+SUITE = "suites/p2p/"
 
 
 class P2PTagsIgnored(GlooWrapper):

@@ -15,6 +15,8 @@ must also end within the deadline).
 from tests.seeded.gloo_wrapper import LONG_TIMEOUT, GlooWrapper, register
 
 CONTRACT = "a collective one rank skips raises within the group's timeout"
+# the suite area whose contract catches it (the gallery runs only this, to stay fast)
+SUITE = "suites/c10d/test_timeouts.py"
 
 
 class TimeoutIgnored(GlooWrapper):
