@@ -75,8 +75,12 @@ class ReportCollector:
         if record is not None:
             self.records[report.nodeid] = record
 
+    def _has_conformance_cases(self) -> bool:
+        # A run of the project's own tests (tests/) has no backend cases: no report.
+        return not self.config.option.collectonly and any(r.backend for r in self.records.values())
+
     def pytest_sessionfinish(self, session, exitstatus):
-        if self.config.option.collectonly:
+        if not self._has_conformance_cases():
             return
         out = report_dir(self.config)
         os.makedirs(out, exist_ok=True)
@@ -92,7 +96,7 @@ class ReportCollector:
         write_markdown(os.path.join(out, "summary.md"), records, meta)
 
     def pytest_terminal_summary(self, terminalreporter):
-        if self.config.option.collectonly:
+        if not self._has_conformance_cases():
             return  # nothing was written (see pytest_sessionfinish): do not point at stale files
         out = report_dir(self.config)
         terminalreporter.write_sep("-", "distconform report")

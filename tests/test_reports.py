@@ -83,7 +83,7 @@ def test_summary_md_has_the_backend_by_area_table_and_the_gap(run):
     totals = run.report()["totals"]
     assert "| backend | area | passed | failed | error | xfailed | xpassed | skipped |" in markdown
     assert f"| gloo | c10d | {totals['passed']} | 0 | 0 | {totals['xfailed']} | 0 | 0 |" in markdown
-    assert "## Known gaps" in markdown and "gloo all_reduce of a non-contiguous view" in markdown
+    assert "## Known gaps" in markdown and "gloo treats a strided (non-contiguous) view" in markdown
     assert "## Failures" not in markdown and "## Skipped" not in markdown
     assert "backends: `gloo`" in markdown and "world sizes: `2`" in markdown
 
