@@ -44,3 +44,18 @@ def call_while_one_rank_skips(operation, timeout_s: float, absent: int, ranks=No
     if member:
         dist.destroy_process_group(group)
     return outcome
+
+
+# ------------------------------------------------------------ pytest side
+SLACK_S = 5.0  # how late after the timeout an error may come
+
+
+def expect_timeout_errors(results, operation: str, timeout_s: float, record_property) -> None:
+    """Every rank but the absent (last) one raised within [timeout, timeout + SLACK_S]; record its error."""
+    absent = len(results) - 1
+    for rank, outcome in enumerate(results[:absent]):
+        raised, seconds, error = outcome
+        assert raised, f"rank {rank}: {operation} returned after {seconds:.2f} s although rank {absent} never came"
+        assert timeout_s * 0.95 <= seconds <= timeout_s + SLACK_S, \
+            f"rank {rank}: {operation} raised after {seconds:.2f} s, outside [{timeout_s}, {timeout_s + SLACK_S}] s"
+        record_property("finding", f"{operation} on rank {rank} after {seconds:.2f} s: {error.splitlines()[0]}")
