@@ -114,14 +114,14 @@ UCC_GAPS = (
 )
 
 
-def _project_module_available(module: str, what: str) -> "callable":
-    """Availability of a backend this project ships: present once its module exists here."""
-    def check() -> Availability:
-        import importlib.util
+def _not_in_this_checkout(module: str, what: str) -> "callable":
+    """Availability of a backend this project ships, while its module is absent.
 
-        if importlib.util.find_spec(module) is None:
-            return Availability(False, f"{what} ({module}) is not part of this checkout yet")
-        return Availability(True)
+    When the module exists its own DISTCONFORM_SPEC replaces this placeholder
+    (backends/registry.py), so the placeholder is only ever unavailable.
+    """
+    def check() -> Availability:
+        return Availability(False, f"{what} ({module}) is not part of this checkout yet")
     return check
 
 
@@ -164,13 +164,13 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
     "reference": BackendSpec(
         name="reference",
         device_type="cpu",
-        check_available=_project_module_available("backends.reference", "the pure-Python reference process group"),
+        check_available=_not_in_this_checkout("backends.reference", "the pure-Python reference process group"),
         description="pure-Python reference process group (the oracle)",
     ),
     "native": BackendSpec(
         name="native",
         device_type="cpu",
-        check_available=_project_module_available("backends.native", "the C++ c10d backend built from native/"),
+        check_available=_not_in_this_checkout("backends.native", "the C++ c10d backend built from native/"),
         description="C++ c10d Backend built with torch.utils.cpp_extension",
     ),
 }

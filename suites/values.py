@@ -19,9 +19,9 @@ over the ranks' inputs.
 
 from __future__ import annotations
 
-import functools
-
 import torch
+
+from backends.reference.semantics import reduce_tensors  # the oracle: one definition of every op
 
 DTYPES = {
     "float32": torch.float32,
@@ -104,38 +104,6 @@ def rank_input(op: str, dtype: str, shape: tuple, rank: int) -> torch.Tensor:
 
 def rank_inputs(op: str, dtype: str, shape: tuple, world_size: int) -> list[torch.Tensor]:
     return [rank_input(op, dtype, shape, r) for r in range(world_size)]
-
-
-def _combine(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if op in ("sum", "avg"):
-        return a + b
-    if op == "product":
-        return a * b
-    if op == "min":
-        return torch.minimum(a, b)
-    if op == "max":
-        return torch.maximum(a, b)
-    if op == "band":
-        return a & b
-    if op == "bor":
-        return a | b
-    if op == "bxor":
-        return a ^ b
-    raise ValueError(f"unknown reduce op {op!r}")
-
-
-def reduce_tensors(op: str, tensors: list[torch.Tensor]) -> torch.Tensor:
-    """op applied over the given tensors, computed wide (float64 / int64) and cast back.
-
-    Wide arithmetic keeps the oracle exact; the cast back wraps integers the
-    way a same-width backend does (arithmetic mod 2**n commutes with the cast).
-    """
-    dtype = tensors[0].dtype
-    wide = torch.float64 if dtype.is_floating_point else (torch.bool if dtype == torch.bool else torch.int64)
-    result = functools.reduce(lambda a, b: _combine(op, a, b), [t.to(wide) for t in tensors])
-    if op == "avg":
-        result = result / len(tensors)
-    return result.to(dtype)
 
 
 def reduced(op: str, dtype: str, shape: tuple, world_size: int) -> torch.Tensor:

@@ -1,0 +1,142 @@
+"""What each collective means: a short function over all ranks' inputs.
+
+This module is the specification the reference process group implements and
+the oracle the suites compute expected values with. Each function takes what
+every rank passed in (a list indexed by rank) and returns what every rank
+must hold afterwards (again a list indexed by rank). Nothing here
+communicates; ranks are just list positions.
+
+Reductions are computed wide (float64 / int64) and cast back to the input
+dtype: exact for the values the suites use, and for integers identical to
+same-width wrap-around arithmetic (addition and multiplication mod 2**n
+commute with the cast).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import torch
+
+Tensor = torch.Tensor
+
+REDUCE_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
+BITWISE_OPS = ("band", "bor", "bxor")
+
+
+def op_name(op) -> str:
+    """'sum' for 'sum', ReduceOp.SUM or RedOpType.SUM."""
+    text = str(op).rsplit(".", 1)[-1].lower()
+    if text not in REDUCE_OPS:
+        raise ValueError(f"unknown reduce op {op!r}; expected one of {', '.join(REDUCE_OPS)}")
+    return text
+
+
+def check_op_dtype(op: str, dtype: torch.dtype) -> None:
+    """The (op, dtype) pairs c10d defines; anything else is a clear error, never garbage."""
+    if op in BITWISE_OPS and (dtype.is_floating_point or dtype.is_complex):
+        raise ValueError(f"ReduceOp.{op.upper()} needs an integer or bool tensor, got {dtype}")
+    if op == "avg" and not (dtype.is_floating_point or dtype.is_complex):
+        raise ValueError(f"ReduceOp.AVG needs a floating-point tensor, got {dtype}")
+
+
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    if dtype == torch.bool:
+        return torch.bool
+    if dtype.is_complex:
+        return torch.complex128
+    return torch.float64 if dtype.is_floating_point else torch.int64
+
+
+def _combine(op: str, a: Tensor, b: Tensor) -> Tensor:
+    if op in ("sum", "avg"):
+        return a | b if a.dtype == torch.bool else a + b
+    if op == "product":
+        return a & b if a.dtype == torch.bool else a * b
+    if op == "min":
+        return torch.minimum(a, b)
+    if op == "max":
+        return torch.maximum(a, b)
+    if op == "band":
+        return a & b
+    if op == "bor":
+        return a | b
+    if op == "bxor":
+        return a ^ b
+    raise ValueError(f"unknown reduce op {op!r}")
+
+
+def reduce_tensors(op, tensors: Sequence[Tensor]) -> Tensor:
+    """``op`` applied elementwise over ``tensors`` (all of one shape and dtype)."""
+    op = op_name(op)
+    dtype = tensors[0].dtype
+    check_op_dtype(op, dtype)
+    result = functools.reduce(lambda a, b: _combine(op, a, b), [t.to(_wide(dtype)) for t in tensors])
+    if op == "avg":
+        result = result / len(tensors)
+    return result.to(dtype)
+
+
+# ---------------------------------------------------------------- collectives
+def all_reduce(inputs: Sequence[Tensor], op) -> list[Tensor]:
+    """Every rank gets the reduction of all inputs."""
+    result = reduce_tensors(op, inputs)
+    return [result.clone() for _ in inputs]
+
+
+def reduce(inputs: Sequence[Tensor], op, root: int) -> Tensor:
+    """The root gets the reduction of all inputs (other ranks' outputs are unspecified)."""
+    return reduce_tensors(op, inputs)
+
+
+def broadcast(inputs: Sequence[Tensor], root: int) -> list[Tensor]:
+    """Every rank gets the root's tensor."""
+    return [inputs[root].clone() for _ in inputs]
+
+
+def all_gather(inputs: Sequence[Tensor]) -> list[list[Tensor]]:
+    """Every rank gets the list of all inputs, in rank order."""
+    return [[t.clone() for t in inputs] for _ in inputs]
+
+
+def gather(inputs: Sequence[Tensor], root: int) -> list[Tensor]:
+    """The root gets the list of all inputs, in rank order."""
+    return [t.clone() for t in inputs]
+
+
+def scatter(root_list: Sequence[Tensor], world_size: int) -> list[Tensor]:
+    """Rank i gets entry i of the root's list."""
+    if len(root_list) != world_size:
+        raise ValueError(f"scatter needs {world_size} tensors at the root, got {len(root_list)}")
+    return [t.clone() for t in root_list]
+
+
+def reduce_scatter(input_lists: Sequence[Sequence[Tensor]], op) -> list[Tensor]:
+    """Rank i gets the reduction over ranks of their list entry i."""
+    n = len(input_lists)
+    return [reduce_tensors(op, [input_lists[r][i] for r in range(n)]) for i in range(n)]
+
+
+def all_to_all(input_lists: Sequence[Sequence[Tensor]]) -> list[list[Tensor]]:
+    """Rank j's output i is rank i's input j."""
+    n = len(input_lists)
+    return [[input_lists[i][j].clone() for i in range(n)] for j in range(n)]
+
+
+def split(tensor: Tensor, sizes: Sequence[int] | None, parts: int) -> list[Tensor]:
+    """Split along dim 0 into ``sizes`` (or ``parts`` equal pieces), as all_to_all_single does."""
+    if sizes is None or len(sizes) == 0:
+        if tensor.shape[0] % parts:
+            raise ValueError(f"dim 0 of size {tensor.shape[0]} does not split into {parts} equal parts")
+        sizes = [tensor.shape[0] // parts] * parts
+    if len(sizes) != parts or sum(sizes) != tensor.shape[0]:
+        raise ValueError(f"split sizes {list(sizes)} do not cover dim 0 of size {tensor.shape[0]} in {parts} parts")
+    return list(torch.split(tensor, list(sizes)))
+
+
+def all_to_all_single(inputs: Sequence[Tensor], input_splits: Sequence[Sequence[int] | None]) -> list[Tensor]:
+    """Rank j's output is, in rank order, the j-th split of every rank's input."""
+    n = len(inputs)
+    pieces = [split(inputs[r], input_splits[r], n) for r in range(n)]
+    return [torch.cat([pieces[i][j] for i in range(n)]) for j in range(n)]
