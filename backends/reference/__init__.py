@@ -1,0 +1,50 @@
+"""The reference backend: a c10d process group in plain Python, registered as ``reference``.
+
+Importing this package registers it, so it works with plain torch.distributed
+outside the suite too::
+
+    import backends.reference
+    dist.init_process_group("reference", store=store, rank=rank, world_size=n)
+    dist.all_reduce(t)
+
+Read it as the spec: semantics.py says what every collective means,
+process_group.py how ranks agree and exchange data, transport.py and wire.py
+how bytes move between them.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from backends.spec import Availability, BackendSpec, Gap
+
+from .process_group import ReferenceProcessGroup
+
+NAME = "reference"
+
+
+def _create(dist_options, backend_options):
+    return ReferenceProcessGroup(
+        dist_options.store,
+        dist_options.group_rank,
+        dist_options.group_size,
+        dist_options.timeout,
+        global_ranks=list(dist_options.global_ranks_in_group) or None,
+    )
+
+
+if NAME.upper() not in dist.Backend._plugins:  # importing twice must not fail
+    dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+
+
+DISTCONFORM_SPEC = BackendSpec(
+    name=NAME,
+    device_type="cpu",
+    check_available=lambda: Availability(True),
+    gaps=(
+        Gap({"feature": "monitored_barrier"},
+            "dist.monitored_barrier refuses every backend not named 'gloo' ('monitored_barrier is only "
+            "implemented for GLOO backend')"),
+    ),
+    description="pure-Python reference process group over its own TCP mesh (the oracle)",
+)

@@ -1,0 +1,293 @@
+"""The reference backend's transport: one TCP connection per pair of ranks.
+
+Rendezvous goes through the c10d Store the group is given:
+
+* rank 0 draws a random token and publishes it; every rank publishes the
+  address of its listening socket (port 0: the OS picks a free one);
+* rank r dials every lower rank and presents (token, rank) in a HELLO frame;
+  the listener accepts a connection only with the right token from an
+  expected rank that is not connected yet. Anyone else is refused and
+  counted in ``refused`` with the reason: the store is the membership.
+
+Each connection has a reader thread that parses frames (backends/reference/
+wire.py) and files them in the mailbox. A malformed frame from a connected
+peer breaks that connection with a ProtocolError: every operation waiting on
+that peer fails with the error instead of hanging.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import os
+import secrets
+import socket
+import threading
+import time
+from datetime import timedelta
+
+from . import wire
+
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class PeerError(RuntimeError):
+    """The connection to a peer is gone or was refused; the message says why."""
+
+
+class RecvTimeout(RuntimeError):
+    pass
+
+
+class PostedRecv:
+    """A receive waiting for its message: from one source, or any (src=None)."""
+
+    __slots__ = ("src", "tag", "callback")
+
+    def __init__(self, src, tag, callback):
+        self.src, self.tag, self.callback = src, tag, callback
+
+
+class Mailbox:
+    """Frames that arrived, by key, plus receives posted before their frame arrived.
+
+    Keys: ("p2p", src, tag) for point-to-point, ("coll", seq, step, src) for
+    collective traffic. Frames with one key are delivered in arrival order.
+    """
+
+    def __init__(self):
+        self.lock = threading.Condition()
+        self.frames: dict[tuple, collections.deque] = collections.defaultdict(collections.deque)
+        self.posted: list[PostedRecv] = []
+
+    def deliver(self, key: tuple, frame) -> None:
+        callback = None
+        with self.lock:
+            if key[0] == "p2p":
+                for posted in self.posted:
+                    if posted.tag == key[2] and posted.src in (None, key[1]):
+                        self.posted.remove(posted)
+                        callback = posted.callback
+                        break
+            if callback is None:
+                self.frames[key].append(frame)
+                self.lock.notify_all()
+        if callback is not None:
+            callback(key[1], frame)
+
+    def post(self, src, tag, callback) -> PostedRecv | None:
+        """Match a queued p2p frame now, or leave the receive posted (returned)."""
+        with self.lock:
+            for key, queue in self.frames.items():
+                if key[0] == "p2p" and queue and key[2] == tag and src in (None, key[1]):
+                    frame = queue.popleft()
+                    matched = key[1]
+                    break
+            else:
+                posted = PostedRecv(src, tag, callback)
+                self.posted.append(posted)
+                return posted
+        callback(matched, frame)
+        return None
+
+    def cancel(self, posted: PostedRecv) -> bool:
+        with self.lock:
+            if posted in self.posted:
+                self.posted.remove(posted)
+                return True
+            return False
+
+    def take(self, keys: list[tuple], deadline: float, broken) -> dict[tuple, object]:
+        """Block until a frame is there for every key; raise on timeout or a broken peer."""
+        got: dict[tuple, object] = {}
+        with self.lock:
+            while True:
+                for key in keys:
+                    if key not in got and self.frames.get(key):
+                        got[key] = self.frames[key].popleft()
+                if len(got) == len(keys):
+                    return got
+                failure = broken([key for key in keys if key not in got])
+                if failure:
+                    raise failure
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RecvTimeout([key for key in keys if key not in got])
+                self.lock.wait(min(remaining, 0.5))
+
+    def wake(self) -> None:
+        with self.lock:
+            self.lock.notify_all()
+
+
+class Mesh:
+    """The connections of one process group's rank to all its peers."""
+
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, host: str | None = None):
+        self.rank, self.size = rank, size
+        self.mailbox = Mailbox()
+        self.refused: list[str] = []  # why each refused connection was refused
+        self.broken: dict[int, str] = {}  # peer -> why its connection is gone
+        self._conns: dict[int, socket.socket] = {}
+        self._send_locks = {peer: threading.Lock() for peer in range(size)}
+        self._closed = False
+        self._ready = threading.Event()
+        host = host or os.environ.get("DISTCONFORM_REFERENCE_HOST", "127.0.0.1")
+
+        self._listener = socket.create_server((host, 0), backlog=max(size, 16))
+        if rank == 0:
+            store.set("reference/token", secrets.token_hex(16))
+        self._token = store.get("reference/token").decode()
+        store.set(f"reference/addr/{rank}", f"{host}:{self._listener.getsockname()[1]}")
+        threading.Thread(target=self._accept_loop, name=f"reference-accept-r{rank}", daemon=True).start()
+        for peer in range(rank):
+            peer_host, port = store.get(f"reference/addr/{peer}").decode().rsplit(":", 1)
+            self._dial(peer, peer_host, int(port), timeout.total_seconds())
+        deadline = time.monotonic() + timeout.total_seconds()
+        while len(self._conns) < size - 1:
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(size)) - set(self._conns) - {rank})
+                self.close()
+                raise PeerError(f"reference: rank {rank} was not dialled by ranks {missing} within "
+                                f"{timeout.total_seconds():g} s")
+            self._ready.wait(0.05)
+
+    # ---------------------------------------------------------- connecting
+    def _dial(self, peer: int, host: str, port: int, timeout_s: float) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        meta = wire.encode_meta({"token": self._token, "rank": self.rank})
+        sock.sendall(wire.encode_header(wire.HELLO, 0, meta, 0) + meta)
+        sock.settimeout(None)
+        self._adopt(peer, sock)
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                sock, address = self._listener.accept()
+            except OSError:
+                return  # listener closed
+            threading.Thread(target=self._handshake, args=(sock, address), daemon=True,
+                             name=f"reference-handshake-r{self.rank}").start()
+
+    def _handshake(self, sock: socket.socket, address) -> None:
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            kind, _, meta_len, data_len = wire.decode_header(_read_exactly(sock, wire.HEADER.size))
+            if kind != wire.HELLO or data_len != 0:
+                raise wire.ProtocolError(f"first frame is {wire.KINDS[kind]}, not hello")
+            meta = wire.decode_meta(_read_exactly(sock, meta_len))
+            token, peer = meta.get("token"), meta.get("rank")
+            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self._token.encode()):
+                raise wire.ProtocolError("wrong world token")
+            if not isinstance(peer, int) or isinstance(peer, bool) or not self.rank < peer < self.size:
+                raise wire.ProtocolError(f"rank {peer!r} is not a rank that dials rank {self.rank}")
+            if peer in self._conns:
+                raise wire.ProtocolError(f"rank {peer} is already connected")
+        except (wire.ProtocolError, OSError, EOFError) as exc:
+            self.refused.append(f"{address}: {exc}")
+            sock.close()
+            return
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._adopt(peer, sock)
+
+    def _adopt(self, peer: int, sock: socket.socket) -> None:
+        self._conns[peer] = sock
+        threading.Thread(target=self._read_loop, args=(peer, sock), daemon=True,
+                         name=f"reference-read-r{self.rank}-from{peer}").start()
+        self._ready.set()
+
+    # ------------------------------------------------------------- reading
+    def _read_loop(self, peer: int, sock: socket.socket) -> None:
+        try:
+            while True:
+                kind, tag, meta_len, data_len = wire.decode_header(_read_exactly(sock, wire.HEADER.size))
+                meta = wire.decode_meta(_read_exactly(sock, meta_len))
+                data = _read_exactly(sock, data_len) if data_len else bytearray()
+                if kind == wire.P2P:
+                    self.mailbox.deliver(("p2p", peer, tag), (meta, data))
+                elif kind == wire.COLL:
+                    seq, step = meta.get("seq"), meta.get("step")
+                    if not isinstance(seq, int) or not isinstance(step, int):
+                        raise wire.ProtocolError(f"collective frame without seq/step: {meta!r}")
+                    self.mailbox.deliver(("coll", seq, step, peer), (meta, data))
+                else:
+                    raise wire.ProtocolError(f"unexpected {wire.KINDS[kind]} frame after the handshake")
+        except EOFError:
+            reason = "closed the connection"
+        except wire.ProtocolError as exc:
+            reason = f"sent a malformed frame ({exc}); connection refused"
+        except OSError as exc:
+            reason = f"connection failed: {exc}"
+        if not self._closed:
+            self.broken[peer] = f"rank {peer} {reason}"
+        try:
+            sock.close()
+        except OSError:
+            pass
+        self.mailbox.wake()
+
+    def failure_for(self, peers) -> PeerError | None:
+        """The error to raise when waiting on any of these peers, if one is broken."""
+        for peer in peers:
+            if peer in self.broken:
+                return PeerError(f"reference rank {self.rank}: {self.broken[peer]}")
+        if self._closed:
+            return PeerError(f"reference rank {self.rank}: process group was shut down")
+        return None
+
+    # ------------------------------------------------------------- sending
+    def send(self, peer: int, kind: int, tag: int, meta: dict, data: memoryview | bytes = b"") -> None:
+        encoded = wire.encode_meta(meta)
+        if peer == self.rank:  # to self: straight into the mailbox, copied like a real send
+            frame = (wire.decode_meta(encoded), bytearray(data))
+            if kind == wire.P2P:
+                self.mailbox.deliver(("p2p", peer, tag), frame)
+            else:
+                self.mailbox.deliver(("coll", meta["seq"], meta["step"], peer), frame)
+            return
+        failure = self.failure_for([peer])
+        if failure:
+            raise failure
+        sock = self._conns[peer]
+        with self._send_locks[peer]:
+            try:
+                sock.sendall(wire.encode_header(kind, tag, encoded, len(data)) + encoded)
+                if len(data):
+                    sock.sendall(data)
+            except OSError as exc:
+                self.broken.setdefault(peer, f"send to rank {peer} failed: {exc}")
+                raise PeerError(f"reference rank {self.rank}: {self.broken[peer]}") from None
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+        for sock in self._conns.values():
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            except OSError:
+                pass
+        self.mailbox.wake()
+
+    @property
+    def port(self) -> int:
+        return self._listener.getsockname()[1]
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytearray:
+    buffer = bytearray(n)
+    view = memoryview(buffer)
+    got = 0
+    while got < n:
+        chunk = sock.recv_into(view[got:], n - got)
+        if chunk == 0:
+            if got == 0:
+                raise EOFError
+            raise wire.ProtocolError(f"truncated frame: {got} of {n} bytes before the connection closed")
+        got += chunk
+    return buffer
