@@ -29,6 +29,8 @@ from datetime import timedelta
 from . import wire
 
 HANDSHAKE_TIMEOUT_S = 10.0
+SMALL_FRAME_BYTES = 64 * 1024
+READ_BUFFER_BYTES = 256 * 1024
 
 
 class PeerError(RuntimeError):
@@ -200,11 +202,13 @@ class Mesh:
 
     # ------------------------------------------------------------- reading
     def _read_loop(self, peer: int, sock: socket.socket) -> None:
+        # buffered: a small frame (header, meta, data) usually arrives in one recv
+        stream = sock.makefile("rb", buffering=READ_BUFFER_BYTES)
         try:
             while True:
-                kind, tag, meta_len, data_len = wire.decode_header(_read_exactly(sock, wire.HEADER.size))
-                meta = wire.decode_meta(_read_exactly(sock, meta_len))
-                data = _read_exactly(sock, data_len) if data_len else bytearray()
+                kind, tag, meta_len, data_len = wire.decode_header(_read_exactly(stream, wire.HEADER.size))
+                meta = wire.decode_meta(_read_exactly(stream, meta_len))
+                data = _read_exactly(stream, data_len) if data_len else bytearray()
                 if kind == wire.P2P:
                     self.mailbox.deliver(("p2p", peer, tag), (meta, data))
                 elif kind == wire.COLL:
@@ -223,6 +227,7 @@ class Mesh:
         if not self._closed:
             self.broken[peer] = f"rank {peer} {reason}"
         try:
+            stream.close()
             sock.close()
         except OSError:
             pass
@@ -251,10 +256,13 @@ class Mesh:
         if failure:
             raise failure
         sock = self._conns[peer]
+        head = wire.encode_header(kind, tag, encoded, len(data)) + encoded
         with self._send_locks[peer]:
             try:
-                sock.sendall(wire.encode_header(kind, tag, encoded, len(data)) + encoded)
-                if len(data):
+                if len(data) <= SMALL_FRAME_BYTES:  # one system call for latency-bound messages
+                    sock.sendall(head + bytes(data))
+                else:
+                    sock.sendall(head)
                     sock.sendall(data)
             except OSError as exc:
                 self.broken.setdefault(peer, f"send to rank {peer} failed: {exc}")
@@ -279,13 +287,15 @@ class Mesh:
         return self._listener.getsockname()[1]
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytearray:
+def _read_exactly(source, n: int) -> bytearray:
+    """n bytes from a socket or a buffered stream over one; EOFError at a clean end."""
     buffer = bytearray(n)
     view = memoryview(buffer)
     got = 0
     while got < n:
-        chunk = sock.recv_into(view[got:], n - got)
-        if chunk == 0:
+        chunk = source.recv_into(view[got:], n - got) if isinstance(source, socket.socket) \
+            else source.readinto(view[got:])
+        if not chunk:
             if got == 0:
                 raise EOFError
             raise wire.ProtocolError(f"truncated frame: {got} of {n} bytes before the connection closed")
