@@ -1,0 +1,180 @@
+"""What every rank runs for one benchmark row (module-level, so World.run can send it).
+
+One call measures one (collective, size): fill the inputs, warm up, agree on
+an iteration count, barrier, time every iteration (op + wait) with
+time.perf_counter(), then re-fill the inputs, run the operation once more and
+count the elements that differ from the oracle (backends/reference/semantics.py),
+as nccl-tests does after its timed loop.
+
+Inputs are small integers, so every reduction is exact in the chosen dtype
+and the expected result is known in closed form: element i of rank r is
+``((i + 31 r) mod M) + 1`` with M chosen so that the sum over all ranks
+stays exactly representable.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from backends.reference import semantics
+from fixtures.rank import ctx
+from suites.stress.metrics import layout
+
+# Largest integer up to which every integer is exactly representable.
+_EXACT_UP_TO = {
+    torch.float64: 2 ** 53, torch.float32: 2 ** 24, torch.float16: 2 ** 11, torch.bfloat16: 2 ** 8,
+    torch.int64: 2 ** 62, torch.int32: 2 ** 30, torch.int16: 2 ** 14, torch.int8: 127, torch.uint8: 255,
+}
+ROOT = 0  # of broadcast and reduce, as nccl-tests' default
+
+
+def fill_modulus(dtype: torch.dtype, world_size: int) -> int:
+    """M such that a sum of ``world_size`` values in 1..M is exact in ``dtype``."""
+    modulus = max(1, min(251, _EXACT_UP_TO.get(dtype, 2 ** 8) // max(1, world_size)))
+    if modulus > 1 and modulus % 31 == 0:  # keep neighbouring ranks' patterns distinct
+        modulus -= 1
+    return modulus
+
+
+def _period(rank: int, start: int, length: int, dtype: torch.dtype, modulus: int, device="cpu") -> torch.Tensor:
+    """Elements ``start .. start+min(length, modulus)`` of rank ``rank``'s input: one full period."""
+    index = torch.arange(start, start + min(length, modulus), dtype=torch.int64, device=device)
+    return ((index + 31 * rank) % modulus + 1).to(dtype)
+
+
+def _tile(period: torch.Tensor, length: int) -> torch.Tensor:
+    """Repeat ``period`` to ``length`` elements (the inputs are periodic, so is every expected output)."""
+    if period.numel() >= length:
+        return period[:length].clone()
+    return period.repeat(-(-length // period.numel()))[:length].contiguous()
+
+
+def rank_input(rank: int, numel: int, dtype: torch.dtype, modulus: int, device="cpu") -> torch.Tensor:
+    """Element i of rank r's input: ((i + 31 r) mod M) + 1, periodic in i with period M."""
+    return _tile(_period(rank, 0, numel, dtype, modulus, device), numel)
+
+
+def expected_output(collective: str, rank: int, world_size: int, lay, dtype: torch.dtype,
+                    modulus: int) -> torch.Tensor | None:
+    """What ``rank`` must hold after the collective, from the oracle; None: nothing to check.
+
+    Every input, and every chunk of one, is periodic with period M, and the
+    collectives act elementwise within chunks, so the oracle
+    (backends/reference/semantics.py) is applied to one period of each chunk
+    and its answer tiled to full length: exact, and cheap at 64 MiB.
+    """
+    n, chunk = world_size, lay.chunk
+    if collective in ("all_reduce", "broadcast", "reduce"):
+        periods = [_period(r, 0, lay.in_numel, dtype, modulus) for r in range(n)]
+        if collective == "all_reduce":
+            one = semantics.all_reduce(periods, "sum")[rank]
+        elif collective == "broadcast":
+            one = semantics.broadcast(periods, ROOT)[rank]
+        else:
+            if rank != ROOT:
+                return None
+            one = semantics.reduce(periods, "sum", ROOT)
+        return _tile(one, lay.out_numel)
+    if collective == "all_gather":
+        periods = [_period(r, 0, chunk, dtype, modulus) for r in range(n)]
+        return torch.cat([_tile(block, chunk) for block in semantics.all_gather(periods)[rank]])
+    # chunk k of rank r's input starts at element k * chunk
+    lists = [[_period(r, k * chunk, chunk, dtype, modulus) for k in range(n)] for r in range(n)]
+    if collective == "reduce_scatter":
+        return _tile(semantics.reduce_scatter(lists, "sum")[rank], chunk)
+    if collective == "all_to_all":
+        return torch.cat([_tile(block, chunk) for block in semantics.all_to_all(lists)[rank]])
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+class _Buffers:
+    """Input/output tensors of one row and the call that runs the collective on them."""
+
+    def __init__(self, collective: str, lay, dtype, modulus: int, device):
+        self.collective, self.lay, self.dtype, self.modulus, self.device = collective, lay, dtype, modulus, device
+        self.input = rank_input(ctx.rank, lay.in_numel, dtype, modulus, device)
+        self.in_place = collective in ("all_reduce", "broadcast", "reduce")
+        self.output = self.input if self.in_place else torch.empty(lay.out_numel, dtype=dtype, device=device)
+
+    def refill(self) -> None:
+        """Fresh inputs and a sentinel output (every expected value is >= 1) before the checked run."""
+        self.input.copy_(rank_input(ctx.rank, self.lay.in_numel, self.dtype, self.modulus, self.device))
+        if not self.in_place:
+            self.output.zero_()
+
+    def start(self):
+        c = self.collective
+        if c == "all_reduce":
+            return dist.all_reduce(self.input, op=dist.ReduceOp.SUM, async_op=True)
+        if c == "broadcast":
+            return dist.broadcast(self.input, src=ROOT, async_op=True)
+        if c == "reduce":
+            return dist.reduce(self.input, dst=ROOT, op=dist.ReduceOp.SUM, async_op=True)
+        if c == "all_gather":
+            return dist.all_gather_into_tensor(self.output, self.input, async_op=True)
+        if c == "reduce_scatter":
+            return dist.reduce_scatter_tensor(self.output, self.input, op=dist.ReduceOp.SUM, async_op=True)
+        if c == "all_to_all":
+            return dist.all_to_all_single(self.output, self.input, async_op=True)
+        raise ValueError(f"unknown collective {c!r}")
+
+
+def _synchronizer(device: torch.device):
+    if device.type == "cpu":
+        return lambda: None
+    module = getattr(torch, device.type)
+    return lambda: module.synchronize(device)
+
+
+def bench_row(collective: str, nbytes: int, dtype_name: str, *, warmup: int, max_iters: int,
+              min_iters: int, target_seconds: float, warmup_seconds: float = 0.05) -> dict:
+    """Time one (collective, size) on this rank; return its samples and wrong-element count."""
+    dtype = getattr(torch, dtype_name)
+    n, rank = ctx.world_size, ctx.rank
+    device = ctx.tensor_device()
+    elem_size = torch.empty((), dtype=dtype).element_size()
+    lay = layout(collective, nbytes, n, elem_size)
+    modulus = fill_modulus(dtype, n)
+    buffers = _Buffers(collective, lay, dtype, modulus, device)
+    sync = _synchronizer(device)
+
+    def once() -> float:
+        start = time.perf_counter()
+        work = buffers.start()
+        if work is not None:
+            work.wait()
+        sync()
+        return time.perf_counter() - start
+
+    # Warm-up and calibration. Every rank must run the same number of
+    # iterations, so rank 0 decides and the plan goes through the case's store:
+    # the first (cold) operation sizes the warm-up, the warm-ups' median sizes
+    # the timed loop.
+    dist.barrier()
+    first = once()
+    if rank == 0:
+        ctx.store.set("warmup", str(max(0, min(warmup - 1, int(warmup_seconds / max(first, 1e-6))))))
+    more_warmup = int(ctx.store.get("warmup"))
+    warm = [once() for _ in range(more_warmup)] or [first]
+    if rank == 0:
+        per_op = max(sorted(warm)[len(warm) // 2], 1e-6)
+        ctx.store.set("iters", str(max(min_iters, min(max_iters, int(target_seconds / per_op)))))
+    iters = int(ctx.store.get("iters"))
+
+    dist.barrier()
+    samples = [once() for _ in range(iters)]
+
+    # Correctness, after the timed loop: fresh inputs, one more operation, compare.
+    buffers.refill()
+    dist.barrier()
+    once()
+    expected = expected_output(collective, rank, n, lay, dtype, modulus)
+    wrong = 0
+    if expected is not None:
+        got = buffers.output.cpu()
+        wrong = int((got != expected).sum()) if got.shape == expected.shape else int(expected.numel())
+    return {"samples": samples, "iters": iters, "warmup": 1 + more_warmup, "wrong": wrong,
+            "size": lay.size, "count": lay.count, "elem_size": elem_size}

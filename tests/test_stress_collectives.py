@@ -1,0 +1,222 @@
+"""The collective benchmark (suites/stress/collectives.py): its arithmetic, its oracle
+shortcut, and the CLI end to end (tiny sizes, in a subprocess, as a user runs it).
+
+Benchmark figures are never asserted here (this machine's timings are noise);
+only the columns, the nccl-tests definitions, correctness counting, exit
+status and the handling of hangs and unavailable backends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from backends.reference import semantics
+from suites.stress import metrics
+from suites.stress.collectives import COLUMNS, HEADLINE_TARGETS
+from suites.stress.rank_bench import expected_output, fill_modulus, rank_input
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLI_TIMEOUT_S = 180
+MIB = 1 << 20
+
+
+# ------------------------------------------------------------------ metrics
+@pytest.mark.parametrize("collective, n, factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 3, 4 / 3), ("all_reduce", 1, 0.0),
+    ("all_gather", 2, 0.5), ("all_gather", 4, 0.75), ("reduce_scatter", 4, 0.75), ("reduce_scatter", 3, 2 / 3),
+    ("all_to_all", 4, 0.75), ("all_to_all", 8, 7 / 8), ("broadcast", 4, 1.0), ("reduce", 8, 1.0),
+])
+def test_bus_factor_is_nccl_tests(collective, n, factor):
+    assert metrics.bus_factor(collective, n) == pytest.approx(factor)
+
+
+def test_bus_factor_rejects_unknown_collective():
+    with pytest.raises(ValueError, match="unknown collective"):
+        metrics.bus_factor("all_sum", 2)
+
+
+def test_bandwidths():
+    assert metrics.algbw(2_000_000_000, 1.0) == pytest.approx(2.0)  # GB = 1e9 bytes
+    assert metrics.busbw("all_reduce", 4, 1_000_000_000, 0.5) == pytest.approx(2.0 * 1.5)
+    assert metrics.busbw("all_gather", 2, 1_000_000_000, 1.0) == pytest.approx(0.5)
+    assert metrics.busbw("broadcast", 4, 1_000_000_000, 1.0) == pytest.approx(1.0)
+
+
+def test_sizes_follow_nccl_tests_definitions():
+    # all_reduce, broadcast: the buffer
+    lay = metrics.layout("all_reduce", 1024, 4, 4)
+    assert (lay.size, lay.count, lay.in_numel, lay.out_numel) == (1024, 256, 256, 256)
+    lay = metrics.layout("broadcast", 1024, 4, 4)
+    assert (lay.size, lay.count, lay.in_numel, lay.out_numel) == (1024, 256, 256, 256)
+    # all_gather: size is the gathered output, n x per-rank count
+    lay = metrics.layout("all_gather", 1024, 4, 4)
+    assert (lay.size, lay.count, lay.chunk, lay.in_numel, lay.out_numel) == (1024, 256, 64, 64, 256)
+    # reduce_scatter: size is the input, n x per-rank output count
+    lay = metrics.layout("reduce_scatter", 1024, 4, 4)
+    assert (lay.size, lay.count, lay.chunk, lay.in_numel, lay.out_numel) == (1024, 256, 64, 256, 64)
+    # all_to_all: size is what each rank sends in total, n x per-peer count
+    lay = metrics.layout("all_to_all", 1024, 4, 4)
+    assert (lay.size, lay.count, lay.chunk, lay.in_numel, lay.out_numel) == (1024, 256, 64, 256, 256)
+
+
+def test_partitioned_sizes_round_down_to_the_world_size():
+    lay = metrics.layout("all_gather", 1024, 3, 4)  # 256 elements -> 85 per rank
+    assert (lay.chunk, lay.size) == (85, 1020)
+    lay = metrics.layout("reduce_scatter", 8, 4, 4)  # 2 elements, 4 ranks: one element each
+    assert (lay.chunk, lay.size, lay.in_numel) == (1, 16, 4)
+    assert metrics.layout("all_reduce", 2, 2, 4).count == 1  # at least one element
+
+
+def test_percentile_is_nearest_rank():
+    samples = [5, 1, 4, 2, 3]
+    assert metrics.percentile(samples, 50) == 3
+    assert metrics.percentile(samples, 99) == 5
+    assert metrics.percentile(list(range(1, 101)), 99) == 99
+    assert metrics.percentile([7], 50) == 7
+
+
+def test_size_sweep():
+    assert metrics.size_sweep(8, 4096, 4) == [8, 32, 128, 512, 2048, 4096]
+    assert metrics.size_sweep(8, 64, 2) == [8, 16, 32, 64]
+    default = metrics.size_sweep(8, 64 * MIB, 4, extra=[t[2] for t in HEADLINE_TARGETS])
+    assert default[0] == 8 and default[-1] == 64 * MIB and 16 * MIB in default
+    assert metrics.size_sweep(8, 4096, 4, extra=[16 * MIB]) == [8, 32, 128, 512, 2048, 4096]
+    assert metrics.parse_bytes("64M") == 64 * MIB and metrics.parse_bytes("4K") == 4096
+    assert metrics.parse_bytes("8") == 8
+    with pytest.raises(ValueError):
+        metrics.parse_bytes("lots")
+
+
+# ------------------------------------------------------------------ oracle shortcut
+@pytest.mark.parametrize("collective", metrics.COLLECTIVES)
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_periodic_expectation_equals_the_full_oracle(collective, n):
+    """The benchmark applies the oracle to one period of each chunk and tiles it;
+    that must equal the oracle over the full inputs, element for element."""
+    for nbytes in (8, 1000, 4096, 300_004):
+        for dtype in (torch.float32, torch.bfloat16, torch.int32):
+            modulus = fill_modulus(dtype, n)
+            lay = metrics.layout(collective, nbytes, n, dtype.itemsize)
+            inputs = [rank_input(r, lay.in_numel, dtype, modulus) for r in range(n)]
+            for rank in range(n):
+                if collective == "all_reduce":
+                    full = semantics.all_reduce(inputs, "sum")[rank]
+                elif collective == "broadcast":
+                    full = semantics.broadcast(inputs, 0)[rank]
+                elif collective == "reduce":
+                    full = semantics.reduce(inputs, "sum", 0) if rank == 0 else None
+                elif collective == "all_gather":
+                    full = torch.cat(semantics.all_gather(inputs)[rank])
+                elif collective == "reduce_scatter":
+                    full = semantics.reduce_scatter([list(t.chunk(n)) for t in inputs], "sum")[rank]
+                else:
+                    full = semantics.all_to_all_single(inputs, [None] * n)[rank]
+                got = expected_output(collective, rank, n, lay, dtype, modulus)
+                if full is None:
+                    assert got is None
+                else:
+                    assert torch.equal(got, full), (collective, n, nbytes, dtype, rank)
+
+
+def test_fill_sums_stay_exact():
+    for dtype, limit in ((torch.float32, 2 ** 24), (torch.bfloat16, 2 ** 8), (torch.float16, 2 ** 11)):
+        for n in (2, 4, 8):
+            assert n * fill_modulus(dtype, n) <= limit
+    # neighbouring ranks' inputs differ, so a rotated all_gather is caught
+    assert not torch.equal(rank_input(0, 100, torch.float32, 251), rank_input(1, 100, torch.float32, 251))
+
+
+# ------------------------------------------------------------------ CLI
+def run_cli(tmp_path, *args: str, timeout: float = CLI_TIMEOUT_S):
+    report_dir = tmp_path / "report"
+    cmd = [sys.executable, "-m", "suites.stress.collectives", "--report-dir", str(report_dir), *args]
+    env = {k: v for k, v in os.environ.items() if k != "DISTCONFORM_SESSION"}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    path = report_dir / "collectives.json"
+    report = json.loads(path.read_text()) if path.exists() else None
+    return proc, report
+
+
+def _nccl_unavailable() -> bool:
+    from backends.registry import BackendRegistry
+
+    return not BackendRegistry().get("nccl").availability().available
+
+
+def test_cli_smoke_gloo(tmp_path):
+    backends = "gloo,nccl" if _nccl_unavailable() else "gloo"
+    proc, report = run_cli(tmp_path, "--backend", backends, "--world-size", "2", "--max-bytes", "4K",
+                           "--iters", "3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = report["records"]
+    collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"}
+    assert {r["collective"] for r in records} == collectives
+    assert len(records) == 5 * 6  # 8, 32, 128, 512, 2K, 4K
+    for r in records:
+        for key, _, _ in COLUMNS:
+            assert key in r, key
+        for key in ("backend", "world_size", "collective", "p50_us", "p99_us"):
+            assert key in r, key
+        assert r["backend"] == "gloo" and r["world_size"] == 2
+        assert r["#wrong"] == 0
+        assert r["time_us"] == r["p50_us"] <= r["p99_us"]
+        assert r["iters"] == 3
+        seconds = r["time_us"] / 1e6
+        assert r["algbw"] == pytest.approx(r["size"] / 1e9 / seconds)
+        assert r["busbw"] == pytest.approx(r["algbw"] * metrics.bus_factor(r["collective"], 2))
+        assert r["count"] * 4 == r["size"] and r["type"] == "float32"
+        assert r["redop"] == ("sum" if r["collective"] in ("all_reduce", "reduce_scatter") else "none")
+        assert r["root"] == (0 if r["collective"] == "broadcast" else -1)
+    assert report["wrong_total"] == 0 and report["errors"] == [] and report["exit_status"] == 0
+    # the table went to stdout, one header per (backend, world size, collective)
+    for collective in collectives:
+        assert f"# gloo  world_size=2  {collective}" in proc.stdout
+    assert "time_us" in proc.stdout and "#wrong" in proc.stdout
+    # the headline says why it was not measured instead of inventing numbers
+    assert "needs --backend gloo,reference" in proc.stdout
+    assert {h["status"] for h in report["headline"]} == {"NOT MEASURED"}
+    if "nccl" in backends:
+        assert [u["backend"] for u in report["unavailable"]] == ["nccl"]
+        assert "nccl: unavailable, skipped" in proc.stdout
+
+
+@pytest.mark.parametrize("bug, collective, size", [
+    ("lost_chunk", "all_reduce", "1M"),  # only tensors over 64 Ki elements are chunked
+    ("reduce_scatter_wrong_chunk", "reduce_scatter", "4K"),
+])
+def test_seeded_bug_shows_in_wrong_column(tmp_path, bug, collective, size):
+    proc, report = run_cli(tmp_path, "--backend-plugin", f"tests.seeded.{bug}", "--backend", bug,
+                           "--collectives", collective, "--world-size", "2", "--min-bytes", size,
+                           "--max-bytes", size, "--iters", "3")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert report["wrong_total"] > 0
+    assert [r["#wrong"] > 0 for r in report["records"]] == [True]
+    assert f"WRONG: {bug} world_size=2 {collective}" in proc.stdout
+
+
+def test_hang_becomes_an_error_and_the_run_goes_on(tmp_path):
+    proc, report = run_cli(tmp_path, "--backend-plugin", "tests.harness_cases.bench_hang", "--backend", "bench_hang",
+                           "--collectives", "all_reduce,broadcast", "--world-size", "2", "--max-bytes", "4K",
+                           "--iters", "3", "--deadline", "3", timeout=120)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [error] = report["errors"]
+    assert error["collective"] == "all_reduce" and error["error"].startswith("DeadlineExceeded")
+    assert "bench_hang.py" in error["detail"]  # the hung rank's stack
+    sizes = [r["size"] for r in report["records"] if r["collective"] == "all_reduce"]
+    assert sizes and max(sizes) < 1024  # the rows before the hang were kept
+    # a fresh world ran the next collective
+    assert len([r for r in report["records"] if r["collective"] == "broadcast"]) == 6
+    assert "ERROR bench_hang world_size=2 all_reduce" in proc.stdout
+
+
+def test_unknown_backend_is_a_usage_error(tmp_path):
+    proc, report = run_cli(tmp_path, "--backend", "no_such_backend", timeout=60)
+    assert proc.returncode == 2
+    assert "unknown backend 'no_such_backend'" in proc.stderr and "gloo" in proc.stderr
+    assert report is None
