@@ -186,7 +186,7 @@ class Bench:
         text = str(exc) or repr(exc)
         first = text.splitlines()[0] if text else type(exc).__name__
         self.errors.append({"backend": backend, "world_size": world_size, "collective": collective,
-                            "size": size, "error": f"{type(exc).__name__}: {first}", "detail": text[-20000:]})
+                            "size": size, "error": f"{type(exc).__name__}: {first}", "detail": text[:50000]})
         where = f"{collective} at {metrics.format_bytes(size)}" if collective else "world start"
         say(f"# ERROR {backend} world_size={world_size} {where}: {type(exc).__name__}: {first}")
         if "\n" in text:
