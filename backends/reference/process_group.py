@@ -22,9 +22,11 @@ call's) timeout, naming the operation and the missing ranks.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
+import weakref
 from datetime import timedelta
 
 import torch
@@ -96,6 +98,26 @@ def _seconds(opts_timeout, default: timedelta) -> float:
     return seconds if seconds > 0 else default.total_seconds()
 
 
+_LIVE_GROUPS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_threads_before_exit() -> None:
+    """Shut every live group down and let its threads end before the interpreter finalizes.
+
+    A daemon thread still inside torch's C++ code when finalization starts (finishing a
+    future whose wait() already returned, dropping the last reference to a Work: both
+    release the GIL and take it back) is killed with std::terminate, and the process
+    aborts with "terminate called without an active exception" after a clean run.
+    """
+    for pg in list(_LIVE_GROUPS):
+        pg.shutdown()
+    deadline = time.monotonic() + 2.0
+    for thread in threading.enumerate():
+        if thread.name.startswith(("reference-worker", "reference-read")):
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
 class ReferenceProcessGroup(dist.ProcessGroup):
     """A c10d process group over its own TCP mesh; see the module docstring."""
 
@@ -109,6 +131,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._work_loop, name=f"reference-worker-r{rank}", daemon=True)
         self._worker.start()
+        _LIVE_GROUPS.add(self)
 
     # ----------------------------------------------------------- identity
     def getBackendName(self):
@@ -254,7 +277,11 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             got = self._round(seq, fp, deadline, timeout_s, {p: chunks[p] for p in range(n)})
             mine = semantics.reduce_tensors(op, [got[r] for r in range(n)])
             owned = self._round(seq, fp, deadline, timeout_s, {p: mine for p in range(n)}, step=1)
-            tensor.copy_(torch.cat([owned[r] for r in range(n)]).reshape(tensor.shape))
+            result = tensor if tensor.is_contiguous() else torch.empty_like(data)
+            for piece, value in zip(result.view(-1).tensor_split(n), (owned[r] for r in range(n))):
+                piece.copy_(value)
+            if result is not tensor:
+                tensor.copy_(result)
             return [tensor]
 
         return self._submit("all_reduce", dict(self._describe(tensor), reduce=op), run, opts.timeout)
@@ -427,6 +454,9 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         work = ReferenceWork(future, what, self.timeout.total_seconds())
 
         def arrived(sender, frame):
+            if isinstance(frame, Exception):  # the sender's connection broke (Mailbox.fail_posted)
+                future.set_exception(RuntimeError(f"reference: {what} failed: {frame}"))
+                return
             meta, data = frame
             try:
                 _copy_into(tensor, wire.tensor_from(meta, data), f"{what}: the message from rank {sender}")
