@@ -41,12 +41,20 @@ SMALL_ALL_REDUCE_BYTES = 64 * 1024  # below: one round (all-gather, reduce local
 class ReferenceWork(dist.Work):
     """A Work backed by a torch Future, with the group's timeout on wait()."""
 
-    def __init__(self, future: torch.futures.Future, what: str, timeout_s: float, on_timeout=None):
+    def __init__(self, what: str, timeout_s: float, on_timeout=None):
         super().__init__()
-        self.future, self.what, self.timeout_s, self.on_timeout = future, what, timeout_s, on_timeout
+        self.future = torch.futures.Future()
+        self.what, self.timeout_s, self.on_timeout = what, timeout_s, on_timeout
         self.source = -1
         self._done = threading.Event()
-        future.add_done_callback(lambda _: self._done.set())
+
+    def complete(self, value) -> None:
+        self.future.set_result(value)
+        self._done.set()
+
+    def fail(self, error: Exception) -> None:
+        self.future.set_exception(error)
+        self._done.set()
 
     def wait(self, timeout=None):
         limit = self.timeout_s if timeout is None or timeout.total_seconds() <= 0 else timeout.total_seconds()
@@ -163,21 +171,23 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             self._seq += 1
             seq = self._seq
         timeout_s = _seconds(opts_timeout, self.timeout)
-        future = torch.futures.Future()
-        self._jobs.put((future, name, seq, dict(fingerprint, op=name), run, timeout_s))
         # the worker enforces the timeout itself; wait() only guards against a wedged worker
-        return ReferenceWork(future, f"{name} (collective #{seq})", timeout_s + 60)
+        work = ReferenceWork(f"{name} (collective #{seq})", timeout_s + 60)
+        self._jobs.put((work, seq, dict(fingerprint, op=name), run, timeout_s))
+        return work
 
     def _work_loop(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            future, name, seq, fingerprint, run, timeout_s = job
+            work, seq, fingerprint, run, timeout_s = job
             try:
-                future.set_result(run(seq, fingerprint, time.monotonic() + timeout_s, timeout_s))
+                result = run(seq, fingerprint, time.monotonic() + timeout_s, timeout_s)
             except Exception as exc:
-                future.set_exception(exc)
+                work.fail(exc)
+            else:
+                work.complete(result)
 
     def _round(self, seq: int, fingerprint: dict, deadline: float, timeout_s: float,
                payloads: dict[int, torch.Tensor] | None = None, step: int = 0) -> dict[int, torch.Tensor | None]:
@@ -433,13 +443,13 @@ class ReferenceProcessGroup(dist.ProcessGroup):
     def send(self, tensors, dst, tag):
         tensor = _single(tensors, "send")
         self._check_peer(dst, "send to")
-        future = torch.futures.Future()
+        work = ReferenceWork(f"send to rank {dst} tag {tag}", self.timeout.total_seconds())
         try:
             self.mesh.send(dst, wire.P2P, tag, wire.tensor_meta(tensor), wire.tensor_bytes(tensor))
-            future.set_result([tensor])
+            work.complete([tensor])
         except Exception as exc:  # reported by wait(), like any backend's async error
-            future.set_exception(RuntimeError(f"reference: send to rank {dst} (tag {tag}) failed: {exc}"))
-        return ReferenceWork(future, f"send to rank {dst} tag {tag}", self.timeout.total_seconds())
+            work.fail(RuntimeError(f"reference: send to rank {dst} (tag {tag}) failed: {exc}"))
+        return work
 
     def recv(self, tensors, src, tag):
         self._check_peer(src, "recv from")
@@ -449,28 +459,28 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         return self._post_recv(_single(tensors, "recv"), None, tag)
 
     def _post_recv(self, tensor, src, tag) -> ReferenceWork:
-        future = torch.futures.Future()
         what = f"recv from {'any rank' if src is None else f'rank {src}'} (tag {tag})"
-        work = ReferenceWork(future, what, self.timeout.total_seconds())
+        work = ReferenceWork(what, self.timeout.total_seconds())
 
         def arrived(sender, frame):
             if isinstance(frame, Exception):  # the sender's connection broke (Mailbox.fail_posted)
-                future.set_exception(RuntimeError(f"reference: {what} failed: {frame}"))
+                work.fail(RuntimeError(f"reference: {what} failed: {frame}"))
                 return
             meta, data = frame
             try:
                 _copy_into(tensor, wire.tensor_from(meta, data), f"{what}: the message from rank {sender}")
-                work.source = sender
-                future.set_result([tensor])
             except Exception as exc:
-                future.set_exception(exc)
+                work.fail(exc)
+                return
+            work.source = sender
+            work.complete([tensor])
 
         posted = self.mesh.mailbox.post(src, tag, arrived)
         if posted is not None:
             work.on_timeout = lambda: self.mesh.mailbox.cancel(posted)
             failure = self.mesh.failure_for([src] if src is not None else [])
             if failure and self.mesh.mailbox.cancel(posted):
-                future.set_exception(failure)
+                work.fail(failure)
         return work
 
     # ----------------------------------------------------------- life cycle
