@@ -61,10 +61,17 @@ GLOO_GAPS = (
         "'enforce fail ... state_ >= CONNECTED' (torch 2.13)",
     ),
     Gap(
-        {"layout": "non_contiguous", "collective": ("all_reduce", "broadcast", "scatter", "reduce_scatter")},
-        "gloo treats a strided (non-contiguous) view as if it were contiguous: all_reduce, broadcast, "
+        {"layout": "non_contiguous", "collective": ("all_reduce", "reduce", "broadcast", "scatter", "reduce_scatter")},
+        "gloo treats a strided (non-contiguous) view as if it were contiguous: all_reduce, reduce, broadcast, "
         "scatter and reduce_scatter read/write the first numel() elements of the underlying storage "
         "instead of the view's elements (observed on torch 2.13; all_gather and gather are correct)",
+    ),
+    Gap(
+        {"layout": "non_contiguous", "collective": "all_to_all", "form": "single"},
+        "gloo's all_to_all_single (even or uneven splits) rejects a strided (non-contiguous) input with "
+        "'ValueError: Tensors must be contiguous', and writes into a strided output as if it were contiguous "
+        "(the first numel() elements of its storage, clobbering the rest of the buffer) (torch 2.13; the list "
+        "form is correct)",
     ),
     Gap(
         {"collective": "all_to_all", "form": "list", "split": "uneven"},
