@@ -92,6 +92,15 @@ class Mailbox:
         callback(matched, frame)
         return None
 
+    def fail_posted(self, src: int, error: Exception) -> None:
+        """The connection to ``src`` broke: every receive posted for it gets ``callback(src, error)``."""
+        with self.lock:
+            failed = [posted for posted in self.posted if posted.src == src]
+            for posted in failed:
+                self.posted.remove(posted)
+        for posted in failed:
+            posted.callback(src, error)
+
     def cancel(self, posted: PostedRecv) -> bool:
         with self.lock:
             if posted in self.posted:
@@ -176,8 +185,10 @@ class Mesh:
         try:
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
             kind, _, meta_len, data_len = wire.decode_header(_read_exactly(sock, wire.HEADER.size))
-            if kind != wire.HELLO or data_len != 0:
+            if kind != wire.HELLO:
                 raise wire.ProtocolError(f"first frame is {wire.KINDS[kind]}, not hello")
+            if data_len != 0:
+                raise wire.ProtocolError(f"hello frame with {data_len} data bytes; a hello has none")
             meta = wire.decode_meta(_read_exactly(sock, meta_len))
             token, peer = meta.get("token"), meta.get("rank")
             if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self._token.encode()):
@@ -224,8 +235,11 @@ class Mesh:
             reason = f"sent a malformed frame ({exc}); connection refused"
         except OSError as exc:
             reason = f"connection failed: {exc}"
+        except Exception as exc:  # e.g. MemoryError for a garbled data length: never die silently
+            reason = f"sent a frame that could not be read ({type(exc).__name__}: {exc}); connection refused"
         if not self._closed:
             self.broken[peer] = f"rank {peer} {reason}"
+            self.mailbox.fail_posted(peer, PeerError(f"reference rank {self.rank}: {self.broken[peer]}"))
         try:
             stream.close()
             sock.close()
@@ -270,6 +284,10 @@ class Mesh:
 
     def close(self) -> None:
         self._closed = True
+        try:  # wakes the accept loop; close() alone leaves it blocked and the port listening
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self._listener.close()
         except OSError:

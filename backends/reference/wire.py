@@ -67,7 +67,7 @@ def encode_meta(meta: dict) -> bytes:
 def decode_meta(raw: bytes) -> dict:
     try:
         meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # "[[[[..." nests past the parser's limit
         raise ProtocolError(f"meta is not UTF-8 JSON: {exc}") from None
     if not isinstance(meta, dict):
         raise ProtocolError(f"meta is a {type(meta).__name__}, not an object")
@@ -91,7 +91,7 @@ def tensor_from(meta: dict, data: bytearray) -> torch.Tensor:
     """Rebuild a tensor from its meta and bytes, checking that they agree."""
     name = meta.get("dtype")
     shape = meta.get("shape")
-    if name not in DTYPES:
+    if not isinstance(name, str) or name not in DTYPES:  # a list or dict is not even hashable
         raise ProtocolError(f"unknown dtype {name!r}")
     if not isinstance(shape, list) or len(shape) > MAX_DIMS or \
             not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**40 for d in shape):
@@ -104,5 +104,8 @@ def tensor_from(meta: dict, data: bytearray) -> torch.Tensor:
     if numel * itemsize != len(data):
         raise ProtocolError(f"{len(data)} data bytes for a {name} tensor of shape {shape}")
     if numel == 0:
-        return torch.empty(shape, dtype=dtype)
+        try:
+            return torch.empty(shape, dtype=dtype)
+        except RuntimeError as exc:  # no elements, but dimensions whose strides overflow int64
+            raise ProtocolError(f"bad shape {shape!r}: {exc}") from None
     return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
