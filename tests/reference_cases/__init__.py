@@ -1,0 +1,1 @@
+"""Module-level code for tests/test_reference_backend.py that runs in subprocesses."""
