@@ -143,6 +143,7 @@ class Mesh:
         self._send_locks = {peer: threading.Lock() for peer in range(size)}
         self._closed = False
         self._ready = threading.Event()
+        self._adopt_lock = threading.Lock()
         host = host or os.environ.get("DISTCONFORM_REFERENCE_HOST", "127.0.0.1")
 
         self._listener = socket.create_server((host, 0), backlog=max(size, 16))
@@ -195,18 +196,18 @@ class Mesh:
                 raise wire.ProtocolError("wrong world token")
             if not isinstance(peer, int) or isinstance(peer, bool) or not self.rank < peer < self.size:
                 raise wire.ProtocolError(f"rank {peer!r} is not a rank that dials rank {self.rank}")
-            if peer in self._conns:
-                raise wire.ProtocolError(f"rank {peer} is already connected")
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._adopt(peer, sock)
         except (wire.ProtocolError, OSError, EOFError) as exc:
             self.refused.append(f"{address}: {exc}")
             sock.close()
-            return
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._adopt(peer, sock)
 
     def _adopt(self, peer: int, sock: socket.socket) -> None:
-        self._conns[peer] = sock
+        with self._adopt_lock:  # two hellos claiming one rank at once: the second is refused
+            if peer in self._conns:
+                raise wire.ProtocolError(f"rank {peer} is already connected")
+            self._conns[peer] = sock
         threading.Thread(target=self._read_loop, args=(peer, sock), daemon=True,
                          name=f"reference-read-r{self.rank}-from{peer}").start()
         self._ready.set()
