@@ -28,7 +28,7 @@ from suites.p2p.common import decoy, payload, sent
 pytestmark = [pytest.mark.needs(collective="send_recv"), pytest.mark.min_world_size(2)]
 
 SELF_SALT = 909
-GROUP_TIMEOUT_S = 0.5  # the fresh group of a bad-peer case: a hang ends as a timeout error
+GROUP_TIMEOUT_S = 0.3  # the fresh group of a bad-peer case: a hang ends as a timeout error
 PROMPT_S = GROUP_TIMEOUT_S / 2  # an error later than this is the timeout, not a rejection
 BAD_PEER_RANK = 0  # the rank that makes the bad call; the others only create and drop the group
 
