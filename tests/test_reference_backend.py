@@ -1003,3 +1003,17 @@ def test_the_host_env_var_and_argument_move_the_listener(ref_world, monkeypatch)
     pgs = ref_world(2, host="127.0.0.3")  # the argument wins over the variable
     assert {pg.mesh._listener.getsockname()[0] for pg in pgs} == {"127.0.0.3"}
     assert run_on_all(pgs, all_reduce_value) == [expected_sum(2)] * 2, "the world on 127.0.0.3 does not work"
+
+
+def test_tensor_bytes_of_a_one_element_strided_view():
+    """torch calls a one-element view with stride 2 contiguous; its bytes must still be its element.
+
+    Found by the differential suite (all_to_all_single of a strided int64 input at world size 4).
+    """
+    base = torch.arange(8, dtype=torch.int64) + 40
+    view = base[::2][1:2]  # one element, stride 2
+    assert view.is_contiguous() and view.stride() == (2,)
+    data = bytearray(wire.tensor_bytes(view))
+    assert torch.equal(wire.tensor_from(wire.tensor_meta(view), data), view)
+    column = base.reshape(4, 2)[:, :1]  # shape (4, 1), strides (2, 1): not contiguous
+    assert torch.equal(wire.tensor_from(wire.tensor_meta(column), bytearray(wire.tensor_bytes(column))), column)

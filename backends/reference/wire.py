@@ -81,9 +81,13 @@ def tensor_meta(tensor: torch.Tensor) -> dict:
 
 def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     """The tensor's elements as bytes, without a copy when it is already contiguous."""
-    flat = tensor.detach().contiguous().reshape(-1)
+    flat = tensor.detach().reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
+    if flat.stride(0) != 1:
+        # torch calls a view with one element (or size-1 dims) contiguous whatever its
+        # strides, and reshape keeps such a stride: copy to get unit stride
+        flat = flat.clone(memory_format=torch.contiguous_format)
     return memoryview(flat.view(torch.uint8).numpy())
 
 
