@@ -338,11 +338,10 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         return self._submit("all_gather", self._describe(tensor), run, opts.timeout)
 
     def all_gather_single(self, output, input, opts):
-        chunks = list(output.chunk(self.size())) if output.shape[0] == input.shape[0] * self.size() else None
-        if chunks is None:
+        if output.shape[0] != input.shape[0] * self.size():
             raise ValueError(f"reference: all_gather_into_tensor output of shape {list(output.shape)} is not "
                              f"{self.size()} x input of shape {list(input.shape)}")
-        return self.allgather([chunks], [input], opts)
+        return self.allgather([list(output.chunk(self.size()))], [input], opts)
 
     _allgather_base = all_gather_single
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from backends.reference import semantics
-from suites import values
+from suites import compat, values
 
 # operation -> (suite collective name, form, reduces, has a root, allows a 0-d tensor)
 OPERATIONS = {
@@ -392,8 +392,7 @@ def run_on_rank(call: Call) -> dict:
         dist.all_gather(o, i[0], **kw)
         checked = o + i
     elif op == "all_gather_into_tensor":
-        all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        all_gather_single(o[0], i[0], **kw)
+        compat.all_gather_single(o[0], i[0], **kw)
         checked = o + i
     elif op == "gather":
         dist.gather(i[0], gather_list=o if rank == call.root else None, dst=call.root, **kw)
@@ -405,8 +404,7 @@ def run_on_rank(call: Call) -> dict:
         dist.reduce_scatter(o[0], i, op=red, **kw)
         checked = o + i
     elif op == "reduce_scatter_tensor":
-        reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        reduce_scatter_single(o[0], i[0], op=red, **kw)
+        compat.reduce_scatter_single(o[0], i[0], op=red, **kw)
         checked = o + i
     elif op == "all_to_all":
         dist.all_to_all(o, i, **kw)

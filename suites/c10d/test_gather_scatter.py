@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from fixtures.rank import ctx
-from suites import values
+from suites import compat, values
 from suites.checks import expect_tensor
 
 NUMEL = 6
@@ -22,11 +22,6 @@ def _payload(rank, dtype="float32", numel=NUMEL):
     if dtype == "float16":
         tensor = tensor % 1024  # exactly representable in float16
     return tensor.to(values.DTYPES[dtype])
-
-
-def _all_gather_single():
-    # torch 2.13 renamed all_gather_into_tensor to all_gather_single; take what exists.
-    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 # ---------------------------------------------------------------- rank side
@@ -42,7 +37,7 @@ def all_gather_list(dtype, async_op=False):
 def all_gather_into_tensor(dtype, async_op=False):
     mine = _payload(ctx.rank, dtype).to(ctx.device)
     out = torch.full((ctx.world_size * NUMEL,), -1, dtype=mine.dtype, device=ctx.device)
-    work = _all_gather_single()(out, mine, async_op=async_op)
+    work = compat.all_gather_single(out, mine, async_op=async_op)
     if async_op:
         work.wait()
     return out.cpu()

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from fixtures.rank import ctx
-from suites import values
+from suites import compat, values
 from suites.checks import expect_tensor
 
 pytestmark = pytest.mark.needs(collective="reduce_scatter")
@@ -35,11 +35,6 @@ def expected_chunk(op, dtype, world_size, dest):
     return values.reduce_tensors(op, [_chunk_input(op, dtype, r, dest) for r in range(world_size)])
 
 
-def _reduce_scatter_single():
-    # torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single; take what exists.
-    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
 # ---------------------------------------------------------------- rank side
 def reduce_scatter_list(op, dtype, async_op=False):
     inputs = [_chunk_input(op, dtype, ctx.rank, dest).to(ctx.device) for dest in range(ctx.world_size)]
@@ -53,7 +48,7 @@ def reduce_scatter_list(op, dtype, async_op=False):
 def reduce_scatter_tensor(op, dtype, async_op=False):
     flat = torch.cat([_chunk_input(op, dtype, ctx.rank, dest) for dest in range(ctx.world_size)]).to(ctx.device)
     out = torch.zeros(CHUNK, dtype=values.DTYPES[dtype], device=ctx.device)
-    work = _reduce_scatter_single()(out, flat, op=values.reduce_op(op), async_op=async_op)
+    work = compat.reduce_scatter_single(out, flat, op=values.reduce_op(op), async_op=async_op)
     if async_op:
         work.wait()
     return out.cpu()

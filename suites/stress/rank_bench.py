@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from backends.reference import semantics
 from fixtures.rank import ctx
+from suites import compat
 from suites.stress.metrics import layout
 
 # Largest integer up to which every integer is exactly representable.
@@ -114,9 +115,9 @@ class _Buffers:
         if c == "reduce":
             return dist.reduce(self.input, dst=ROOT, op=dist.ReduceOp.SUM, async_op=True)
         if c == "all_gather":
-            return dist.all_gather_into_tensor(self.output, self.input, async_op=True)
+            return compat.all_gather_single(self.output, self.input, async_op=True)
         if c == "reduce_scatter":
-            return dist.reduce_scatter_tensor(self.output, self.input, op=dist.ReduceOp.SUM, async_op=True)
+            return compat.reduce_scatter_single(self.output, self.input, op=dist.ReduceOp.SUM, async_op=True)
         if c == "all_to_all":
             return dist.all_to_all_single(self.output, self.input, async_op=True)
         raise ValueError(f"unknown collective {c!r}")
