@@ -1,0 +1,69 @@
+"""What a reference RPC agent needs from the wire: frames to and from peers.
+
+The agent (agent.py) knows what messages mean; a transport only moves them.
+Two transports implement this interface:
+
+* ``tp_transport.py`` (agent ``reference-tp``): one direct socket per peer,
+  tensor bytes raw next to a small header, a token from the store.
+* ``pg_transport.py`` (agent ``reference-pg``): every frame over the c10d
+  process group under test (tagged send/recv, a listener on recv from any
+  source), as PyTorch's ProcessGroupAgent did before 1.9.
+
+``faulty.py`` wraps either one to drop or delay chosen message kinds.
+
+A frame is (kind, msg_id, header, tensors): ``kind`` a small int from
+messages.Kind, ``msg_id`` the caller's id matching a response to its request,
+``header`` bytes the agent produced (a pickle with tensors taken out),
+``tensors`` the CPU tensors that travel as raw bytes. A transport never
+unpickles a header and never pickles a tensor.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Frame:
+    kind: int
+    msg_id: int
+    header: bytes
+    tensors: list = field(default_factory=list)
+
+
+# deliver(src_rank, frame): called from a transport thread for every frame
+# that arrives. It must return quickly (the agent hands real work to its pool).
+Deliver = Callable[[int, Frame], None]
+# on_peer_lost(peer_rank, reason): the connection to a peer broke; the agent
+# fails that peer's outstanding futures with the reason.
+PeerLost = Callable[[int, str], None]
+
+
+class TransportError(RuntimeError):
+    """A frame could not be sent; the message names the peer and why."""
+
+
+class Transport(ABC):
+    name = "abstract"
+
+    @abstractmethod
+    def start(self, rank: int, world_size: int, store, deliver: Deliver, on_peer_lost: PeerLost) -> None:
+        """Connect to (or get ready to reach) every peer; return when frames can flow.
+
+        ``store`` is a c10d Store private to this agent instance (every rank
+        got the same one); use it for addresses and tokens, never fixed ports.
+        """
+
+    @abstractmethod
+    def send(self, dst: int, frame: Frame) -> None:
+        """Send one frame to ``dst`` (never self: the agent short-circuits those).
+
+        Thread-safe; frames to one peer arrive in the order send() returned.
+        Raises TransportError naming the peer if it cannot be reached.
+        """
+
+    @abstractmethod
+    def shutdown(self) -> None:
+        """Stop threads, close connections. Idempotent. No deliver() after it returns."""

@@ -1,0 +1,132 @@
+"""Which RPC agents exist, as data, and how a rank starts one.
+
+Three agents speak the torch.distributed.rpc API:
+
+* ``tensorpipe``   torch.distributed.rpc itself (TensorPipe agent);
+* ``reference-pg`` backends.reference.rpc over the c10d backend under test;
+* ``reference-tp`` backends.reference.rpc over direct sockets.
+
+What differs between agents (a feature one lacks, the text of a timeout
+error) is recorded here with the reason, never as a skip in a test file.
+The suites call ``api(name)`` for the module to call ``rpc_sync`` etc. on,
+and ``start_agent`` / ``stop_agent`` inside rank processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from backends.spec import Availability, Gap
+
+# Message kinds that fault injection can drop or delay; the names are torch's
+# (torch/csrc/distributed/rpc/message.h), which the faulty TensorPipe agent takes.
+FAULTABLE_KINDS = ("SCRIPT_CALL", "PYTHON_CALL", "SCRIPT_REMOTE_CALL", "PYTHON_REMOTE_CALL",
+                   "SCRIPT_RREF_FETCH_CALL", "PYTHON_RREF_FETCH_CALL", "RREF_USER_DELETE",
+                   "RREF_FORK_REQUEST", "RREF_CHILD_ACCEPT")
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Drop (fail) or delay the first ``num_fail_sends`` sends of chosen message kinds."""
+
+    fail: tuple[str, ...] = ()
+    delay: dict = field(default_factory=dict)  # kind -> seconds
+    num_fail_sends: int = 0
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    module: str  # the module offering the torch.distributed.rpc API
+    description: str
+    timeout_error: str  # regex matched by the error of a call that ran out of time
+    gaps: tuple[Gap, ...] = ()
+    uses_backend: bool = False  # True: its messages travel over the c10d backend under test
+
+    def availability(self) -> Availability:
+        try:
+            mod = importlib.import_module(self.module)
+        except Exception as exc:  # an availability probe never crashes collection
+            return Availability(False, f"cannot import {self.module}: {exc!r}")
+        if self.name == "tensorpipe" and not mod.is_available():
+            return Availability(False, "torch was built without torch.distributed.rpc")
+        return Availability(True)
+
+    def gap_for(self, **need) -> Gap | None:
+        for gap in self.gaps:
+            if gap.matches(need):
+                return gap
+        return None
+
+
+AGENTS: dict[str, AgentSpec] = {
+    "tensorpipe": AgentSpec(
+        name="tensorpipe", module="torch.distributed.rpc",
+        description="torch.distributed.rpc's TensorPipe agent (the agent users run today)",
+        timeout_error="RPC ran for more than"),
+    "reference-pg": AgentSpec(
+        name="reference-pg", module="backends.reference.rpc",
+        description="reference agent whose messages travel over the c10d backend under test",
+        timeout_error="RPC ran for more than", uses_backend=True),
+    "reference-tp": AgentSpec(
+        name="reference-tp", module="backends.reference.rpc",
+        description="reference agent over direct loopback sockets, tensors as raw bytes",
+        timeout_error="RPC ran for more than"),
+}
+
+
+class UnknownAgent(ValueError):
+    pass
+
+
+def get(name: str) -> AgentSpec:
+    try:
+        return AGENTS[name]
+    except KeyError:
+        raise UnknownAgent(f"unknown RPC agent {name!r}; known agents: {', '.join(AGENTS)}") from None
+
+
+def api(name: str):
+    """The module whose rpc_sync/rpc_async/remote/RRef/... this agent answers to."""
+    return importlib.import_module(get(name).module)
+
+
+def worker_name(rank: int) -> str:
+    return f"worker{rank}"
+
+
+def start_agent(name: str, *, rank: int, world_size: int, store, init_file: str,
+                rpc_timeout: float = 60.0, num_worker_threads: int = 16, faults: Faults | None = None):
+    """Start agent ``name`` in this rank as ``worker{rank}``; return its API module.
+
+    Every rank must pass the same ``store`` (reference agents rendezvous on it;
+    give each start a fresh PrefixStore) and the same fresh ``init_file`` path
+    (TensorPipe rendezvous through a FileStore: no port to collide on).
+    """
+    spec = get(name)
+    rpc = api(name)
+    if name == "tensorpipe":
+        if faults is not None:
+            from torch.distributed.rpc import _testing  # registers FAULTY_TENSORPIPE
+
+            options = _testing.FaultyTensorPipeRpcBackendOptions(
+                num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, init_method=f"file://{init_file}",
+                messages_to_fail=list(faults.fail), messages_to_delay=dict(faults.delay),
+                num_fail_sends=faults.num_fail_sends)
+            backend = rpc.backend_registry.BackendType.FAULTY_TENSORPIPE
+        else:
+            options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
+                                                      init_method=f"file://{init_file}")
+            backend = rpc.BackendType.TENSORPIPE
+        rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, backend=backend,
+                     rpc_backend_options=options)
+    else:
+        options = rpc.ReferenceRpcBackendOptions(agent=spec.name, num_worker_threads=num_worker_threads,
+                                                 rpc_timeout=rpc_timeout, store=store, faults=faults)
+        rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, rpc_backend_options=options)
+    return rpc
+
+
+def stop_agent(name: str, graceful: bool = True) -> None:
+    api(name).shutdown(graceful=graceful)
