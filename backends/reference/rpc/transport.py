@@ -22,7 +22,32 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Callable
+
+
+class Kind(IntEnum):
+    """Message kinds. Request and response names are torch's (rpc/message.h), so fault
+    injection takes the same names for every agent (backends/rpc_agents.FAULTABLE_KINDS).
+    The agent core may append kinds; never renumber."""
+
+    SCRIPT_CALL = 1
+    PYTHON_CALL = 2
+    SCRIPT_REMOTE_CALL = 3
+    PYTHON_REMOTE_CALL = 4
+    SCRIPT_RREF_FETCH_CALL = 5
+    PYTHON_RREF_FETCH_CALL = 6
+    RREF_USER_DELETE = 7
+    RREF_FORK_REQUEST = 8
+    RREF_CHILD_ACCEPT = 9
+    SCRIPT_RET = 20
+    PYTHON_RET = 21
+    REMOTE_RET = 22
+    SCRIPT_RREF_FETCH_RET = 23
+    PYTHON_RREF_FETCH_RET = 24
+    RREF_ACK = 25
+    EXCEPTION = 30
+    SHUTDOWN = 40  # control: graceful-shutdown handshake
 
 
 @dataclass
