@@ -43,6 +43,11 @@ class AgentSpec:
     timeout_error: str  # regex matched by the error of a call that ran out of time
     gaps: tuple[Gap, ...] = ()
     uses_backend: bool = False  # True: its messages travel over the c10d backend under test
+    # True: a second start in the same process is not a clean agent. TensorPipe:
+    # torch's RRefContext is a process-wide singleton bound to the first agent
+    # ever started (rref_context.cpp getInstance), so after a re-init RRef forks
+    # go to the dead agent ("RPC is no longer running on this node").
+    one_start_per_process: bool = False
 
     def availability(self) -> Availability:
         try:
@@ -64,7 +69,17 @@ AGENTS: dict[str, AgentSpec] = {
     "tensorpipe": AgentSpec(
         name="tensorpipe", module="torch.distributed.rpc",
         description="torch.distributed.rpc's TensorPipe agent (the agent users run today)",
-        timeout_error="RPC ran for more than"),
+        timeout_error="RPC ran for more than", one_start_per_process=True,
+        gaps=(
+            Gap({"rpc_feature": "custom_exception_type", "rpc_call": ("rpc_sync", "rpc_async", "rref_method")},
+                "a remote exception reaching the caller through a C++ future is re-raised by c10::Error "
+                "translation: a user-defined subclass comes back as the nearest builtin type torch knows "
+                "(ValueError, else RuntimeError), message kept; remote().to_here() keeps the subclass"),
+            Gap({"rpc_feature": "async_future_exception"},
+                "torch.futures.Future.set_exception stores the exception as the future's value with a "
+                "Python-only unwrap function; the agent's C++ side sends that value back, so the caller "
+                "gets the exception object returned instead of raised"),
+        )),
     "reference-pg": AgentSpec(
         name="reference-pg", module="backends.reference.rpc",
         description="reference agent whose messages travel over the c10d backend under test",

@@ -2,11 +2,11 @@
 
 Starting an agent costs about a second (TensorPipe), so every rank keeps the
 agent of the last test running and the next test of the same agent reuses it
-(``ensure_shared``, called by the ``rpc_agent`` fixture before each test). A
-clause that needs its own configuration (fault injection, a short default
-timeout) or that shuts the agent down runs inside ``private_agent``: the
-shared agent is stopped first and nothing is left running afterwards, so the
-next test starts the shared one again.
+(``prepare``, called by the ``rpc_agent`` fixture before each test). A clause
+that needs its own configuration (fault injection, a short default timeout)
+or that shuts the agent down runs inside ``private_agent``: the shared agent
+is stopped first and nothing is left running afterwards, so the next test
+starts the shared one again.
 
 Every start is collective: all ranks must start the same agent with the same
 store prefix and the same TensorPipe init file. The prefix is derived from
@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -35,6 +35,9 @@ from backends import rpc_agents
 from fixtures.rank import ctx
 
 STORE_WAIT_S = 30.0
+# Shorter than the harness deadline (30 s), so a lost reply fails as an RPC
+# timeout naming the call rather than as a world-killing hang.
+SHARED_RPC_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -47,23 +50,24 @@ class Running:
 
 @dataclass
 class _State:
+    name: str = ""  # the agent under test in this rank (set by ``prepare``)
     running: Running | None = None
     case_id: int = -1
     starts_in_case: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    started: set = field(default_factory=set)  # agent names ever started in this process
 
 
 _STATE = _State()
 
 
 def current_name() -> str:
-    if _STATE.running is None:
-        raise RuntimeError("no RPC agent is running in this rank (the rpc_agent fixture starts one)")
-    return _STATE.running.name
+    if not _STATE.name:
+        raise RuntimeError("no RPC agent was chosen in this rank (the rpc_agent fixture chooses one)")
+    return _STATE.name
 
 
 def rpc():
-    """The torch.distributed.rpc-like module of the agent running in this rank."""
+    """The torch.distributed.rpc-like module of the agent under test in this rank."""
     return rpc_agents.api(current_name())
 
 
@@ -77,23 +81,19 @@ def _next_key() -> str:
 def _start(name: str, *, shared: bool, **options) -> Running:
     key = _next_key()
     store = dist.PrefixStore(key, ctx.base_store)
-    store.set_timeout(_timedelta(STORE_WAIT_S))
+    store.set_timeout(timedelta(seconds=STORE_WAIT_S))
     tmpdir = None
     if ctx.rank == 0:
         tmpdir = tempfile.mkdtemp(prefix="distconform-rpc-")
         store.set("init_dir", tmpdir)
     init_dir = store.get("init_dir").decode()
     running = Running(name, key, shared, tmpdir)
+    options.setdefault("rpc_timeout", SHARED_RPC_TIMEOUT_S)
+    _STATE.started.add(name)
     rpc_agents.start_agent(name, rank=ctx.rank, world_size=ctx.world_size, store=dist.PrefixStore("agent", store),
                            init_file=os.path.join(init_dir, "rendezvous"), **options)
     _STATE.running = running
     return running
-
-
-def _timedelta(seconds: float):
-    from datetime import timedelta
-
-    return timedelta(seconds=seconds)
 
 
 def stop(graceful: bool = True) -> None:
@@ -109,48 +109,72 @@ def stop(graceful: bool = True) -> None:
 
 
 def stop_quietly() -> None:
-    """For the harness's hooks: never raise, never wait for peers."""
+    """For the harness's hooks and restarts: never raise, never wait for peers."""
     try:
         stop(graceful=False)
     except Exception:
         pass
 
 
-def ensure_shared(name: str, restart: bool = False) -> dict:
-    """Make the shared agent ``name`` run on every rank; reuse it when every rank already has it.
+def prepare(name: str, *, shared: bool, restart: bool = False) -> dict:
+    """Get every rank ready for the next clause on agent ``name``; collective.
+
+    ``shared``: the clause uses the shared agent: reuse it when every rank
+    already runs it (and no restart was asked for), else start it. Not
+    shared: the clause starts its own (``private_agent``); stop the shared one.
 
     Ranks first agree through the case store on what they run: a start is
     collective, so one rank reusing while another restarts would hang both.
+    An agent that can start only once per process
+    (``AgentSpec.one_start_per_process``) answers ``new_process`` instead of
+    starting twice; the fixture then replaces the world's processes.
     """
+    spec = rpc_agents.get(name)
     mine = _STATE.running
-    state = f"{mine.name}|{mine.key}" if (mine is not None and mine.shared and not restart) else "-"
-    ctx.store.set(f"agent_state/{ctx.rank}", state)
-    states = {ctx.store.get(f"agent_state/{r}").decode() for r in range(ctx.world_size)}
-    if states == {state} and state != "-" and mine.name == name:
-        return {"started": False, "key": mine.key}
-    stop_quietly()
-    running = _start(name, shared=True)
-    return {"started": True, "key": running.key}
+    reusable = mine is not None and mine.shared and mine.name == name and not restart
+    state = mine.key if reusable else "-"
+    spent = name in _STATE.started and spec.one_start_per_process
+    ctx.store.set(f"agent_state/{ctx.rank}", f"{state}|{int(spent)}")
+    states = [ctx.store.get(f"agent_state/{r}").decode().split("|") for r in range(ctx.world_size)]
+    _STATE.name = name
+    if shared and state != "-" and all(s[0] == state for s in states):
+        return {"action": "reused", "key": mine.key}
+    if not shared and mine is None and all(s[0] == "-" for s in states):
+        return {"action": "none"}
+    # A graceful stop needs every rank's agent to take part; only the same
+    # healthy start everywhere qualifies.
+    if state != "-" and all(s[0] == state for s in states):
+        try:
+            stop(graceful=True)
+        except Exception:
+            stop_quietly()
+    else:
+        stop_quietly()
+    if not shared:
+        return {"action": "stopped"}
+    if any(s[1] == "1" for s in states):
+        return {"action": "new_process"}
+    return {"action": "started", "key": _start(name, shared=True).key}
 
 
 @contextmanager
 def private_agent(**options):
-    """Run a clause on an agent of its own (same agent kind as the shared one).
+    """Run a clause on an agent of its own (the agent under test, its own configuration).
 
     ``options`` go to ``start_agent`` (``faults=``, ``rpc_timeout=``). On exit
     the private agent is shut down gracefully unless the body already did,
     and no agent is left running: the next test starts the shared one again.
     """
     name = current_name()
-    stop(graceful=True)  # collective: every rank runs the same clause
-    _start(name, shared=False, **options)
+    stop(graceful=True)
+    running = _start(name, shared=False, **options)
     try:
         yield rpc_agents.api(name)
     except BaseException:
         stop_quietly()
         raise
     else:
-        if _STATE.running is not None and not _STATE.running.shared:
+        if _STATE.running is running:
             stop(graceful=True)
 
 

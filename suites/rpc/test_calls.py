@@ -87,33 +87,33 @@ def _torchscript(kind):
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=_torchscript(k)) for k in FUNCTIONS])
 @pytest.mark.parametrize("mode", CALL_MODES)
-def test_call_runs_function_on_peer(world, rpc_agent, mode, kind):
+def test_call_runs_function_on_peer(rpc_agent, mode, kind):
     """rpc_sync / rpc_async / remote of a builtin, Python or TorchScript function return its exact result."""
-    results = world.run(call_next, mode, kind)
+    results = rpc_agent.run(call_next, mode, kind)
     expected = FUNCTIONS[kind][2]
     for rank, got in enumerate(results):
         assert torch.equal(got, expected(rank)), f"{mode} {kind} from rank {rank}: got {got}, expected {expected(rank)}"
 
 
 @pytest.mark.parametrize("mode", CALL_MODES)
-def test_call_to_self(world, rpc_agent, mode):
+def test_call_to_self(rpc_agent, mode):
     """A worker calling itself by its own name runs the function locally and gets the result."""
-    for rank, (where, value) in enumerate(world.run(call_self, mode)):
+    for rank, (where, value) in enumerate(rpc_agent.run(call_self, mode)):
         assert where == worker_name(rank), f"{mode} to self from rank {rank} ran on {where}"
         assert torch.equal(value, torch.ones(3) + rank)
 
 
 @pytest.mark.parametrize("mode", CALL_MODES)
-def test_keyword_arguments_arrive(world, rpc_agent, mode):
+def test_keyword_arguments_arrive(rpc_agent, mode):
     """Keyword arguments reach the remote function by name (a * scale + shift)."""
-    for rank, got in enumerate(world.run(call_with_kwargs, mode)):
+    for rank, got in enumerate(rpc_agent.run(call_with_kwargs, mode)):
         assert torch.equal(got, torch.ones(2) * rank * 3 + 7), f"rank {rank}: {got}"
 
 
-def test_tensors_round_trip_exactly(world, rpc_agent):
+def test_tensors_round_trip_exactly(rpc_agent):
     """Tensors of every dtype and layout (strided view, empty, 0-d) come back with the same dtype, shape, values."""
     sent = sample_tensors()
-    results = world.run(echo_tensors, list(sent.values()))
+    results = rpc_agent.run(echo_tensors, list(sent.values()))
     for rank, echoed in enumerate(results):
         for (name, original), got in zip(sent.items(), echoed):
             assert got.dtype == original.dtype and got.shape == original.shape, \
@@ -121,9 +121,9 @@ def test_tensors_round_trip_exactly(world, rpc_agent):
             assert torch.equal(got, original), f"rank {rank} {name}: got {got}, sent {original}"
 
 
-def test_concurrent_calls_each_get_their_own_reply(world, rpc_agent):
+def test_concurrent_calls_each_get_their_own_reply(rpc_agent):
     """Many calls in flight from every worker to every worker: each reply comes from the callee asked, with the caller's value."""
-    for rank, replies in enumerate(world.run(everyone_calls_everyone, IN_FLIGHT)):
+    for rank, replies in enumerate(rpc_agent.run(everyone_calls_everyone, IN_FLIGHT)):
         for (dst, i), (where, value) in sorted(replies.items()):
             assert (where, value) == (worker_name(dst), rank * 1000 + i), \
                 f"rank {rank}'s call #{i} to {worker_name(dst)} got ({where}, {value}), " \

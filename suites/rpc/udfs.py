@@ -43,8 +43,11 @@ def sleep_then(seconds, value):
     return value
 
 
-def raise_expected(message):
-    raise ExpectedError(message)
+RAISABLE = {"ValueError": ValueError, "TypeError": TypeError, "ExpectedError": ExpectedError}
+
+
+def raise_expected(message, type_name="ExpectedError"):
+    raise RAISABLE[type_name](message)
 
 
 def sleep_then_raise(seconds, message):
@@ -103,10 +106,16 @@ def async_returns_tensor(x):
 
 @async_execution
 def async_raises(message):
-    """The future it returns completes with an error."""
+    """The future it returns completes with an error (``Future.set_exception``)."""
     fut = torch.futures.Future()
-    fut.set_exception(ExpectedError(message))
+    fut.set_exception(ValueError(message))
     return fut
+
+
+@async_execution
+def async_raises_before_returning(message):
+    """Raises before it has a future to return."""
+    raise ValueError(message)
 
 
 # ------------------------------------------------------------ RRef targets
@@ -127,8 +136,8 @@ class Counter:
     def where(self):
         return self.owner
 
-    def fail(self, message):
-        raise ExpectedError(message)
+    def fail(self, message, type_name="ExpectedError"):
+        raise_expected(message, type_name)
 
 
 def rref_seen_by_owner(rref):
