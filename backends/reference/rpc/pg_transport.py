@@ -1,0 +1,452 @@
+"""RPC frames over the c10d process group under test (agent ``reference-pg``).
+
+The design is PyTorch's ProcessGroupAgent (removed in 1.9): every message is
+tagged send/recv on a process group, and one listener thread per rank
+receives from any source. Here the group is created collectively in
+``start()`` with ``dist.new_group`` on the default group's backend, so RPC
+traffic never shares tags with the default group and the backend under test
+(gloo, the project's ``reference``, a vendor's) carries every byte.
+
+One frame is, in this order, from one sender to one receiver:
+
+1. ``META_TAG``: an int64 tensor of ``META_LEN`` elements
+   ``[MAGIC, kind, msg_id, header_len, n_tensors, desc_len, 0, 0]``. It has
+   the same size for every frame, so the listener can post one receive from
+   any source for it (and it is never empty: gloo cannot receive an empty
+   tensor from any source);
+2. ``BODY_TAG``, from that sender by name: a uint8 tensor holding the agent's
+   header followed by the tensor descriptors (``desc_len`` bytes: per tensor
+   int64 ``dtype code, ndim, *shape``); skipped when both are empty;
+3. ``BODY_TAG``: each non-empty tensor's bytes as a flat uint8 tensor (a
+   contiguous copy when needed), so every dtype travels whatever the backend
+   supports natively; empty tensors send nothing.
+
+Frames to one peer never interleave: all messages of a frame are posted under
+that peer's lock (posting does not block; completion is awaited outside the
+lock), and c10d keeps messages of one tag between one pair in order.
+
+Shutdown is a close handshake per direction, like TCP's FIN: ``shutdown()``
+sends a STOP frame (``kind = STOP_KIND``, never delivered) to every peer; a
+listener that receives STOP from a peer answers with its own STOP unless it
+already sent one, and stops sending to that peer. A listener exits once every
+peer's STOP arrived, i.e. after it has drained every peer's stream, so its
+last pending receive-from-any-source is always satisfied by a real message
+(c10d offers no way to cancel it: torch's Work has no abort in Python, and a
+gloo wait that times out poisons the whole gloo context). A rank that shuts
+down while its peers keep running therefore still returns promptly: their
+listeners answer. A peer that is wedged (alive, listener stuck) is the only
+case where the listener stays blocked; every join is bounded by
+``SHUTDOWN_JOIN_S`` and the transport then says so in a warning and drops
+anything that still arrives.
+
+Limits (capabilities, stated as errors): frames carry CPU tensors; a default
+group whose backend cannot move CPU tensors (nccl) is refused in ``start()``
+with an error that says so. Self-sends never reach a transport (the agent
+short-circuits them), which matters because gloo cannot send to its own rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .transport import Frame, Transport, TransportError
+
+log = logging.getLogger(__name__)
+
+MAGIC = 0x52504346  # "RPCF": a receiver that reads anything else has lost the stream
+META_LEN = 8
+META_TAG = 7001
+BODY_TAG = 7002
+STOP_KIND = -1  # transport control frame: "no more frames from me to you"
+SHUTDOWN_JOIN_S = 10.0
+START_TIMEOUT_S = 60.0
+# The listener waits for its next frame for as long as the agent lives: an idle agent is
+# not an error. c10d has one timeout per group, so the group gets a very long one
+# (after every rank is known to be present, see start()).
+IDLE_TIMEOUT = timedelta(days=30)
+MAX_HEADER = 1 << 31
+MAX_TENSORS = 1 << 20
+MAX_NDIM = 64
+
+# Wire codes of dtypes. Append only (a code is an index here); names missing from this
+# torch build are skipped without shifting the others.
+_DTYPE_NAMES = (
+    "float32", "float64", "float16", "bfloat16", "complex32", "complex64", "complex128",
+    "uint8", "int8", "int16", "int32", "int64", "bool", "uint16", "uint32", "uint64",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+)
+DTYPE_CODES: dict[torch.dtype, int] = {
+    getattr(torch, name): code for code, name in enumerate(_DTYPE_NAMES) if hasattr(torch, name)
+}
+CODE_DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
+
+
+class FrameError(TransportError):
+    """A frame received from a peer is malformed: that peer's stream cannot be trusted."""
+
+
+# --------------------------------------------------------------- encoding
+def _tensor_bytes(tensor: torch.Tensor, index: int) -> torch.Tensor:
+    """The tensor's elements as a flat contiguous uint8 tensor (a view when already contiguous)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"frame tensor {index} is a {type(tensor).__name__}, not a torch.Tensor")
+    if tensor.device.type != "cpu":
+        raise ValueError(f"frame tensor {index} is on {tensor.device}; the reference-pg transport carries "
+                         "CPU tensors only (move it to the CPU first)")
+    if tensor.layout != torch.strided:
+        raise ValueError(f"frame tensor {index} has layout {tensor.layout}; only dense (strided) tensors travel")
+    if tensor.dtype not in DTYPE_CODES:
+        raise ValueError(f"frame tensor {index} has dtype {tensor.dtype}, which the reference-pg transport "
+                         f"cannot carry; supported: {', '.join(str(d) for d in DTYPE_CODES)}")
+    # A conjugated or negated view keeps its pending bit through contiguous(): resolve it,
+    # or the receiver gets the un-conjugated values.
+    flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
+    return flat.view(torch.uint8)
+
+
+def encode(frame: Frame, kind: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
+    """(meta, body or None, data tensors) for one frame; raises on anything that cannot travel."""
+    kind = frame.kind if kind is None else kind
+    header = frame.header
+    if not isinstance(header, (bytes, bytearray, memoryview)):
+        raise TypeError(f"frame header must be bytes, got {type(header).__name__}")
+    header = bytes(header)
+    tensors = list(frame.tensors)
+    desc: list[int] = []
+    datas: list[torch.Tensor] = []
+    for index, tensor in enumerate(tensors):
+        data = _tensor_bytes(tensor, index)
+        desc += [DTYPE_CODES[tensor.dtype], tensor.dim(), *tensor.shape]
+        if data.numel():
+            datas.append(data)
+    desc_bytes = struct.pack(f"<{len(desc)}q", *desc)
+    for name, value in (("kind", kind), ("msg_id", frame.msg_id)):
+        if not isinstance(value, int) or not -(1 << 63) <= value < (1 << 63):
+            raise ValueError(f"frame {name} must be an int64, got {value!r}")
+    meta = torch.tensor([MAGIC, kind, frame.msg_id, len(header), len(tensors), len(desc_bytes), 0, 0],
+                        dtype=torch.int64)
+    payload = header + desc_bytes
+    body = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else None
+    return meta, body, datas
+
+
+def decode_meta(values: list[int], src: int) -> tuple[int, int, int, int, int]:
+    magic, kind, msg_id, header_len, n_tensors, desc_len = values[:6]
+    if magic != MAGIC:
+        raise FrameError(f"frame from rank {src} starts with {magic:#x}, not the magic {MAGIC:#x}")
+    if not (0 <= header_len <= MAX_HEADER and 0 <= n_tensors <= MAX_TENSORS and 0 <= desc_len <= MAX_HEADER):
+        raise FrameError(f"frame from rank {src} has impossible sizes: header {header_len} bytes, "
+                         f"{n_tensors} tensors, descriptors {desc_len} bytes")
+    return kind, msg_id, header_len, n_tensors, desc_len
+
+
+def decode_descriptors(desc: bytes, n_tensors: int, src: int) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+    if len(desc) % 8:
+        raise FrameError(f"frame from rank {src}: descriptors of {len(desc)} bytes are not int64s")
+    words = struct.unpack(f"<{len(desc) // 8}q", desc)
+    out, at = [], 0
+    for index in range(n_tensors):
+        if at + 2 > len(words):
+            raise FrameError(f"frame from rank {src}: descriptor of tensor {index} is missing")
+        code, ndim = words[at], words[at + 1]
+        if code not in CODE_DTYPES or not 0 <= ndim <= MAX_NDIM or at + 2 + ndim > len(words):
+            raise FrameError(f"frame from rank {src}: tensor {index} has dtype code {code}, ndim {ndim}")
+        shape = tuple(words[at + 2: at + 2 + ndim])
+        if any(d < 0 for d in shape):
+            raise FrameError(f"frame from rank {src}: tensor {index} has a negative size in {list(shape)}")
+        out.append((CODE_DTYPES[code], shape))
+        at += 2 + ndim
+    if at != len(words):
+        raise FrameError(f"frame from rank {src}: {len(words) - at} stray descriptor words")
+    return out
+
+
+def check_backend_carries_cpu(backend: str) -> None:
+    """Refuse a backend that cannot send CPU tensors (nccl), before any collective call."""
+    devices = dist.Backend.backend_capability.get(str(backend).lower())
+    if devices is not None and "cpu" not in devices:
+        raise RuntimeError(f"the reference-pg RPC transport sends CPU tensors, and the backend {backend!r} "
+                           f"only moves tensors on {devices} (nccl: CUDA only); run reference-pg over a "
+                           "backend with CPU support, or use the reference-tp agent")
+
+
+# --------------------------------------------------------------- transport
+class PgTransport(Transport):
+    name = "reference-pg"
+
+    def __init__(self) -> None:
+        self._group = None
+        self._rank = -1
+        self._world_size = 0
+        self._deliver = None
+        self._on_peer_lost = None
+        self._listener: threading.Thread | None = None
+        self._state = threading.Lock()  # guards the sets and flags below
+        self._dst_locks: dict[int, threading.Lock] = {}
+        self._stop_sent: set[int] = set()  # peers we sent STOP: nothing more goes to them
+        self._stop_received: set[int] = set()  # peers whose stream is drained
+        self._closed_reason: dict[int, str] = {}  # peer -> why send() refuses it
+        self._stop_works: list = []
+        self._shutting_down = False
+        self._dropping = False  # shutdown returned: nothing is delivered any more
+        self._listener_error: str | None = None
+        self.frames_received = 0
+
+    # ------------------------------------------------------------ start
+    def start(self, rank, world_size, store, deliver, on_peer_lost) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("the reference-pg RPC transport carries frames over torch.distributed's default "
+                               "process group (the backend under test); call dist.init_process_group before "
+                               "init_rpc")
+        if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+            raise ValueError(f"RPC rank {rank} of {world_size} differs from the default process group's rank "
+                             f"{dist.get_rank()} of {dist.get_world_size()}; reference-pg needs them equal")
+        self._rank, self._world_size = rank, world_size
+        self._deliver, self._on_peer_lost = deliver, on_peer_lost
+        self._dst_locks = {peer: threading.Lock() for peer in self._peers()}
+        self._rendezvous(store)
+        backend = dist.get_backend()
+        check_backend_carries_cpu(backend)
+        # Every rank is present (the rendezvous said so), so the long idle timeout cannot
+        # turn a missing rank into a month-long hang in new_group's own barrier.
+        group = dist.new_group(backend=backend, timeout=IDLE_TIMEOUT)
+        self._group = group
+        self._listener = threading.Thread(target=self._listen, name=f"reference-pg-listener-r{rank}", daemon=True)
+        self._listener.start()
+
+    def _peers(self) -> list[int]:
+        return [peer for peer in range(self._world_size) if peer != self._rank]
+
+    def _rendezvous(self, store) -> None:
+        """Every rank announces itself in the agent's store; a missing rank is named, not waited on forever."""
+        store.set(f"reference-pg/present/{self._rank}", b"1")
+        keys = [f"reference-pg/present/{peer}" for peer in self._peers()]
+        try:
+            store.wait(keys, timedelta(seconds=START_TIMEOUT_S))
+        except Exception as exc:
+            missing = [peer for peer, key in zip(self._peers(), keys) if not store.check([key])]
+            raise TransportError(f"reference-pg transport of rank {self._rank}: ranks {missing} did not start "
+                                 f"within {START_TIMEOUT_S:.0f} s ({exc})") from None
+
+    # ------------------------------------------------------------ send
+    def send(self, dst: int, frame: Frame) -> None:
+        if dst == self._rank or not 0 <= dst < self._world_size:
+            raise ValueError(f"reference-pg transport of rank {self._rank}: cannot send to rank {dst} "
+                             f"(peers are {self._peers()}; the agent handles self-sends)")
+        if frame.kind == STOP_KIND:
+            raise ValueError(f"frame kind {STOP_KIND} is reserved for the transport's STOP frame")
+        meta, body, datas = encode(frame)
+        works, keep = self._post(dst, meta, body, datas)
+        self._await(dst, works, keep)
+
+    def _post(self, dst: int, meta, body, datas, stop: bool = False):
+        """Post every message of one frame under ``dst``'s lock; returns (works, tensors to keep alive)."""
+        with self._dst_locks[dst]:
+            with self._state:
+                # A STOP still goes to a peer that closed its side: it is the answer it waits for.
+                reason = None if stop else self._closed_reason.get(dst)
+                if reason is None and self._group is None:
+                    reason = "the transport is not started"
+                if reason is None and dst in self._stop_sent:
+                    reason = "this rank's transport is shut down"
+                if stop and reason is None:
+                    self._stop_sent.add(dst)
+            if reason is not None:
+                raise TransportError(f"reference-pg: cannot send to rank {dst}: {reason}")
+            keep = [meta, body, *datas]
+            works = []
+            try:
+                works.append(self._group.send([meta], dst, META_TAG))
+                if body is not None:
+                    works.append(self._group.send([body], dst, BODY_TAG))
+                for data in datas:
+                    works.append(self._group.send([data], dst, BODY_TAG))
+            except Exception as exc:
+                # Part of a frame may be posted: the stream to dst is unusable from here on.
+                self._lose(dst, f"posting a frame to rank {dst} failed: {exc}")
+                raise TransportError(f"reference-pg: cannot send to rank {dst}: {exc}") from exc
+            return works, keep
+
+    def _await(self, dst: int, works, keep) -> None:
+        try:
+            for work in works:
+                work.wait()
+        except Exception as exc:
+            reason = f"sending a frame to rank {dst} over {dist.get_backend(self._group)} failed: {exc}"
+            self._lose(dst, reason)
+            raise TransportError(f"reference-pg: {reason}") from exc
+        del keep  # the tensors were referenced until every send completed
+
+    def _lose(self, peer: int, reason: str) -> None:
+        """Mark ``peer`` unreachable (once) and tell the agent, unless we are the ones shutting down."""
+        with self._state:
+            if peer in self._closed_reason:
+                return
+            self._closed_reason[peer] = reason
+            quiet = self._shutting_down
+        if not quiet:
+            self._on_peer_lost(peer, reason)
+
+    # ------------------------------------------------------------ receive
+    def _listen(self) -> None:
+        meta = torch.zeros(META_LEN, dtype=torch.int64)
+        group = self._group
+        while True:
+            try:
+                work = group.recv_anysource([meta], META_TAG)
+                work.wait()
+                src = work._source_rank()
+                values = meta.tolist()
+            except Exception as exc:
+                self._listener_failed(f"receiving from any rank failed: {exc}")
+                return
+            try:
+                frame = self._read_rest(group, src, values)
+            except FrameError as exc:
+                # That peer's stream is garbled; others keep working.
+                self._lose(src, str(exc))
+                with self._state:
+                    self._stop_received.add(src)
+                if self._all_peers_done():
+                    return
+                continue
+            except Exception as exc:
+                self._listener_failed(f"receiving a frame from rank {src} failed: {exc}")
+                return
+            if frame is None:  # STOP
+                if self._peer_stopped(src):
+                    return
+                continue
+            self.frames_received += 1
+            if self._dropping:
+                continue
+            try:
+                self._deliver(src, frame)
+            except Exception:  # the agent's bug must not kill the only receiver
+                log.exception("reference-pg: deliver() raised for a frame from rank %d", src)
+
+    def _read_rest(self, group, src: int, values: list[int]) -> Frame | None:
+        kind, msg_id, header_len, n_tensors, desc_len = decode_meta(values, src)
+        payload = b""
+        if header_len + desc_len:
+            body = torch.empty(header_len + desc_len, dtype=torch.uint8)
+            group.recv([body], src, BODY_TAG).wait()
+            payload = body.numpy().tobytes()
+        header, desc = payload[:header_len], payload[header_len:]
+        tensors = []
+        for dtype, shape in decode_descriptors(desc, n_tensors, src):
+            tensor = torch.empty(shape, dtype=dtype)
+            if tensor.numel():
+                data = torch.empty(tensor.numel() * tensor.element_size(), dtype=torch.uint8)
+                group.recv([data], src, BODY_TAG).wait()
+                tensor = data.view(dtype).reshape(shape)
+            tensors.append(tensor)
+        if kind == STOP_KIND:
+            return None
+        return Frame(kind=kind, msg_id=msg_id, header=header, tensors=tensors)
+
+    def _peer_stopped(self, src: int) -> bool:
+        """``src`` sent its last frame to us. Answer with our STOP; True when every peer is done."""
+        with self._state:
+            self._stop_received.add(src)
+            was_shutting_down = self._shutting_down
+            self._closed_reason.setdefault(src, f"rank {src} has shut down its RPC transport")
+        if not was_shutting_down:
+            self._on_peer_lost(src, f"rank {src} has shut down its RPC transport")
+        # Posting does not block (the peer's listener is waiting for exactly this frame), so
+        # the listener answers itself; shutdown() awaits the work.
+        self._post_stop(src)
+        return self._all_peers_done()
+
+    def _post_stop(self, dst: int) -> None:
+        meta, _, _ = encode(Frame(STOP_KIND, 0, b""), kind=STOP_KIND)
+        with self._state:
+            if dst in self._stop_sent:
+                return
+        try:
+            works, keep = self._post(dst, meta, None, [], stop=True)
+        except TransportError:
+            return  # the peer is unreachable: it needs no STOP from us
+        with self._state:
+            self._stop_works.append((dst, works, keep))
+
+    def _all_peers_done(self) -> bool:
+        with self._state:
+            return self._stop_received.issuperset(self._peers())
+
+    def _listener_failed(self, reason: str) -> None:
+        """The only receiver is gone: no response from any peer can arrive, so every peer is lost."""
+        with self._state:
+            self._listener_error = reason
+            expected = self._shutting_down and self._stop_received.issuperset(self._peers())
+        if expected:
+            return
+        for peer in self._peers():
+            self._lose(peer, f"the reference-pg listener of rank {self._rank} stopped: {reason}")
+
+    # ------------------------------------------------------------ shutdown
+    def shutdown(self) -> None:
+        with self._state:
+            if self._shutting_down:
+                return
+            self._shutting_down = True
+            started = self._group is not None
+        if not started:
+            self._dropping = True
+            return
+        for peer in self._peers():
+            self._post_stop(peer)
+        problems = []
+        self._listener.join(SHUTDOWN_JOIN_S)
+        if self._listener.is_alive():
+            with self._state:
+                waiting = sorted(set(self._peers()) - self._stop_received)
+            problems.append(f"its listener still waits for STOP from ranks {waiting}")
+        with self._state:
+            stop_works = list(self._stop_works)
+        if not _wait_all([w for _, works, _ in stop_works for w in works], SHUTDOWN_JOIN_S):
+            problems.append("STOP frames to some peers were not taken within "
+                            f"{SHUTDOWN_JOIN_S:.0f} s")
+        self._dropping = True
+        if problems:
+            # The group stays as it is: destroying it under a pending receive is undefined
+            # in c10d backends. It goes with the next destroy_process_group().
+            log.warning("reference-pg transport of rank %d shut down without a clean close: %s",
+                        self._rank, "; ".join(problems))
+            self.clean_close = False
+        else:
+            self.clean_close = True
+
+    # for tests: where the transport stands
+    def state(self) -> dict:
+        with self._state:
+            return {"stop_sent": sorted(self._stop_sent), "stop_received": sorted(self._stop_received),
+                    "closed": dict(self._closed_reason), "listener_error": self._listener_error,
+                    "listener_alive": bool(self._listener and self._listener.is_alive()),
+                    "frames_received": self.frames_received}
+
+
+def _wait_all(works, timeout: float) -> bool:
+    """Wait for c10d works with a bound, without a c10d timeout (a gloo wait that times
+    out poisons the group): a helper thread waits, we join it."""
+    if not works:
+        return True
+    errors = []
+
+    def wait():
+        for work in works:
+            try:
+                work.wait()
+            except Exception as exc:  # a peer gone at shutdown is not our problem
+                errors.append(exc)
+
+    waiter = threading.Thread(target=wait, name="reference-pg-shutdown-wait", daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    return not waiter.is_alive()

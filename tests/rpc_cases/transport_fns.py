@@ -1,0 +1,300 @@
+"""Rank-side functions of tests/test_rpc_transports.py: reference RPC transports driven directly.
+
+Each function runs on every rank (``World.run``), starts a transport on the
+case's private store, does its exchange, shuts the transport down on every
+rank and returns what it observed; the test checks it. No agent is involved:
+frames are built here and ``deliver`` records them.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+
+import torch
+
+from backends.reference.rpc.faulty import FaultyTransport
+from backends.reference.rpc.pg_transport import PgTransport
+from backends.reference.rpc.transport import Frame, Kind, TransportError
+from backends.rpc_agents import Faults
+from fixtures.rank import ctx
+
+RECEIVE_WAIT_S = 20.0
+
+
+class Inbox:
+    """deliver() and on_peer_lost() of a test: records everything, lets a rank wait for N frames."""
+
+    def __init__(self):
+        self.frames: list[tuple[int, Frame, float]] = []
+        self.lost: list[tuple[int, str]] = []
+        self.cond = threading.Condition()
+
+    def deliver(self, src: int, frame: Frame) -> None:
+        with self.cond:
+            self.frames.append((src, frame, time.monotonic()))
+            self.cond.notify_all()
+
+    def on_peer_lost(self, peer: int, reason: str) -> None:
+        with self.cond:
+            self.lost.append((peer, reason))
+            self.cond.notify_all()
+
+    def wait_for(self, count: int, timeout: float = RECEIVE_WAIT_S) -> None:
+        with self.cond:
+            if not self.cond.wait_for(lambda: len(self.frames) >= count, timeout):
+                raise TimeoutError(f"rank {ctx.rank} received {len(self.frames)} of {count} frames "
+                                   f"within {timeout} s")
+
+
+def _transport(faults: Faults | None = None):
+    inner = PgTransport()
+    return FaultyTransport(inner, faults) if faults is not None else inner
+
+
+def _start(transport, inbox: Inbox) -> None:
+    transport.start(ctx.rank, ctx.world_size, ctx.store, inbox.deliver, inbox.on_peer_lost)
+
+
+def _everyone(step: str) -> None:
+    """A store barrier: no rank shuts its transport down before every rank got its frames."""
+    ctx.store.set(f"{step}/{ctx.rank}", b"1")
+    ctx.store.wait([f"{step}/{p}" for p in range(ctx.world_size)])
+
+
+def _peers():
+    return [p for p in range(ctx.world_size) if p != ctx.rank]
+
+
+# ------------------------------------------------------------- ordering
+def all_to_all_threads(threads: int, frames_per_thread: int) -> dict:
+    """``threads`` threads each send ``frames_per_thread`` frames to every peer, interleaving peers.
+
+    Returns, per source, the (thread, seq) sequence as received, plus timings.
+    """
+    inbox, transport = Inbox(), _transport()
+    _start(transport, inbox)
+    errors = []
+
+    def sender(thread: int):
+        try:
+            for seq in range(frames_per_thread):
+                for dst in _peers():
+                    header = pickle.dumps((ctx.rank, thread, seq))
+                    tensors = [torch.tensor([ctx.rank, thread, seq], dtype=torch.int64)]
+                    transport.send(dst, Frame(int(Kind.PYTHON_CALL), thread * 1_000_000 + seq, header, tensors))
+        except Exception as exc:  # reported, the test fails with it
+            errors.append(repr(exc))
+
+    start = time.monotonic()
+    workers = [threading.Thread(target=sender, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    expected = threads * frames_per_thread * (ctx.world_size - 1)
+    inbox.wait_for(expected)
+    elapsed = time.monotonic() - start
+    transport.shutdown()
+    received = {}
+    bad = []
+    for src, frame, _ in inbox.frames:
+        sender_rank, thread, seq = pickle.loads(frame.header)
+        if sender_rank != src or frame.msg_id != thread * 1_000_000 + seq \
+                or frame.tensors[0].tolist() != [src, thread, seq]:
+            bad.append((src, sender_rank, frame.msg_id, frame.tensors[0].tolist()))
+        received.setdefault(src, []).append((thread, seq))
+    return {"errors": errors, "bad": bad, "received": received, "elapsed": elapsed,
+            "count": len(inbox.frames), "lost": inbox.lost}
+
+
+# ------------------------------------------------------------- payloads
+def payload_cases() -> list[tuple[str, torch.Tensor]]:
+    """Deterministic tensors covering every dtype and awkward layouts; same on every rank."""
+    gen = torch.Generator().manual_seed(1234)
+    cases = []
+    base = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+                  torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
+                  torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2):
+        if dtype.is_complex:
+            value = torch.complex(base, -base).to(dtype)
+        elif dtype == torch.bool:
+            value = base > 0
+        elif dtype.is_floating_point:
+            value = base.to(dtype)
+        else:
+            value = (base * 40).abs().to(torch.int64).to(dtype)
+        cases.append((f"{dtype}", value))
+    cases += [
+        ("0-dim", torch.tensor(3.25)),
+        ("0-dim bool", torch.tensor(True)),
+        ("empty", torch.empty(0)),
+        ("empty 2-d", torch.empty(4, 0, dtype=torch.int32)),
+        ("transposed", torch.arange(12.0).reshape(3, 4).t()),
+        ("strided", torch.arange(40, dtype=torch.int64)[::3]),
+        ("expanded", torch.arange(3.0).expand(4, 3)),
+        ("conj view", torch.complex(base, base).conj()),
+        ("neg view", torch.complex(base, base).conj().imag),
+        ("offset view", torch.arange(20.0)[7:13]),
+        ("requires grad", torch.ones(3, requires_grad=True)),
+        ("big 16 MiB", torch.arange(4 << 20, dtype=torch.float32)),
+    ]
+    return cases
+
+
+def send_payloads(faults: Faults | None = None) -> dict:
+    """Every rank sends every payload case to every peer in one frame, and one frame per case;
+    returns the names of cases that arrived different from what was sent."""
+    cases = payload_cases()
+    inbox, transport = Inbox(), _transport(faults)
+    _start(transport, inbox)
+    header = pickle.dumps([name for name, _ in cases])
+    for dst in _peers():
+        transport.send(dst, Frame(int(Kind.PYTHON_RET), 1, header, [t for _, t in cases]))
+        for index, (_, tensor) in enumerate(cases):
+            transport.send(dst, Frame(int(Kind.SCRIPT_RET), 100 + index, b"", [tensor]))
+        transport.send(dst, Frame(int(Kind.EXCEPTION), 2, b"no tensors"))
+        transport.send(dst, Frame(int(Kind.EXCEPTION), 3, b""))
+    inbox.wait_for((len(cases) + 3) * (ctx.world_size - 1))
+    transport.shutdown()
+    wrong = []
+    for src, frame, _ in inbox.frames:
+        if frame.msg_id == 1:
+            if pickle.loads(frame.header) != [name for name, _ in cases] or len(frame.tensors) != len(cases):
+                wrong.append((src, "bundle header or count"))
+                continue
+            pairs = zip(cases, frame.tensors)
+        elif frame.msg_id in (2, 3):
+            if frame.tensors or frame.header != (b"no tensors" if frame.msg_id == 2 else b""):
+                wrong.append((src, f"frame {frame.msg_id}: {frame.header!r} {len(frame.tensors)} tensors"))
+            continue
+        else:
+            pairs = [(cases[frame.msg_id - 100], frame.tensors[0])]
+        for (name, sent), got in pairs:
+            if not _same(sent, got):
+                wrong.append((src, name, f"sent {sent.dtype} {list(sent.shape)}, got {got.dtype} {list(got.shape)}"))
+    return {"wrong": wrong, "count": len(inbox.frames), "kinds": sorted({f.kind for _, f, _ in inbox.frames})}
+
+
+def _same(sent: torch.Tensor, got: torch.Tensor) -> bool:
+    if got.dtype != sent.dtype or got.shape != sent.shape or got.device.type != "cpu":
+        return False
+    if got.numel() and not got.is_contiguous():
+        return False
+    sent = sent.detach().resolve_conj().resolve_neg()
+    # compare bit patterns: NaN-safe and valid for every dtype, float8 included
+    as_bytes = lambda t: t.contiguous().reshape(-1).view(torch.uint8)  # noqa: E731
+    return torch.equal(as_bytes(sent), as_bytes(got))
+
+
+# ------------------------------------------------------------- shutdown
+def idle_shutdown() -> dict:
+    """Start, send nothing, shut down: the listener is blocked in a receive from any source."""
+    inbox, transport = Inbox(), PgTransport()
+    _start(transport, inbox)
+    time.sleep(0.1)
+    start = time.monotonic()
+    transport.shutdown()
+    elapsed = time.monotonic() - start
+    transport.shutdown()  # idempotent
+    return {"elapsed": elapsed, "clean": transport.clean_close, "state": transport.state(), "lost": inbox.lost}
+
+
+def one_rank_leaves_early() -> dict:
+    """Rank 0 shuts down while the others keep theirs open (a non-graceful exit).
+
+    Rank 0 must return promptly (the others' listeners answer its STOP); the
+    others learn through on_peer_lost that rank 0 is gone, a send to it
+    raises TransportError naming it, and traffic among the others still flows.
+    """
+    from fixtures.rank import ctx as c
+
+    inbox, transport = Inbox(), PgTransport()
+    _start(transport, inbox)
+    out = {}
+    if c.rank == 0:
+        start = time.monotonic()
+        transport.shutdown()
+        out["elapsed"] = time.monotonic() - start
+        out["clean"] = transport.clean_close
+        out["state"] = transport.state()
+        c.store.set("rank0-left", b"1")
+        try:
+            transport.send(1, Frame(int(Kind.PYTHON_CALL), 9, b"after"))
+            out["send_after"] = "sent"
+        except TransportError as exc:
+            out["send_after"] = str(exc)
+    else:
+        c.store.wait(["rank0-left"])
+        with inbox.cond:
+            inbox.cond.wait_for(lambda: inbox.lost, RECEIVE_WAIT_S)
+        out["lost"] = list(inbox.lost)
+        try:
+            transport.send(0, Frame(int(Kind.PYTHON_CALL), 9, b"to the departed"))
+            out["send_to_0"] = "sent"
+        except TransportError as exc:
+            out["send_to_0"] = str(exc)
+        others = [p for p in _peers() if p != 0]
+        for dst in others:
+            transport.send(dst, Frame(int(Kind.PYTHON_CALL), 10, b"still here"))
+        inbox.wait_for(len(others))
+        out["from"] = sorted(src for src, _, _ in inbox.frames)
+        start = time.monotonic()
+        transport.shutdown()
+        out["elapsed"] = time.monotonic() - start
+        out["clean"] = transport.clean_close
+    return out
+
+
+# ------------------------------------------------------------- faults
+def faulty_counts(num_fail_sends: int, sends: int) -> dict:
+    """PYTHON_CALL fails ``num_fail_sends`` times per distinct message; other kinds pass.
+
+    Every rank sends rank+1-th peer: ``sends`` identical PYTHON_CALLs, one distinct PYTHON_CALL
+    per send, and ``sends`` SCRIPT_CALLs. Returns what raised and what arrived.
+    """
+    faults = Faults(fail=("PYTHON_CALL",), num_fail_sends=num_fail_sends)
+    inbox, transport = Inbox(), FaultyTransport(PgTransport(), faults)
+    _start(transport, inbox)
+    dst = (ctx.rank + 1) % ctx.world_size
+    outcome = {"same": [], "distinct": [], "script": []}
+    for i in range(sends):
+        for label, kind, header in (("same", Kind.PYTHON_CALL, b"same"),
+                                    ("distinct", Kind.PYTHON_CALL, f"distinct {i}".encode()),
+                                    ("script", Kind.SCRIPT_CALL, b"same")):
+            try:
+                transport.send(dst, Frame(int(kind), i, header))
+                outcome[label].append("sent")
+            except TransportError as exc:
+                outcome[label].append(f"{type(exc).__name__}: {exc}")
+    expected = sum(s == "sent" for results in outcome.values() for s in results)
+    ctx.store.set(f"expect/{dst}", str(expected))
+    inbox.wait_for(int(ctx.store.get(f"expect/{ctx.rank}")))
+    transport.shutdown()
+    outcome["arrived"] = sorted((Kind(f.kind).name, f.header.decode(), f.msg_id) for _, f, _ in inbox.frames)
+    outcome["failed_sends"] = transport.failed_sends
+    return outcome
+
+
+def faulty_delay(delay: float) -> dict:
+    """PYTHON_CALL is delayed ``delay`` s: send() returns at once, the frame arrives late, and a
+    SCRIPT_CALL sent right after it overtakes it."""
+    faults = Faults(delay={"PYTHON_CALL": delay})
+    inbox, transport = Inbox(), FaultyTransport(PgTransport(), faults)
+    _start(transport, inbox)
+    dst = (ctx.rank + 1) % ctx.world_size
+    ctx.store.set(f"ready/{ctx.rank}", b"1")
+    ctx.store.wait([f"ready/{p}" for p in range(ctx.world_size)])
+    sent_at = time.monotonic()
+    transport.send(dst, Frame(int(Kind.PYTHON_CALL), 1, b"delayed"))
+    send_returned = time.monotonic() - sent_at
+    transport.send(dst, Frame(int(Kind.SCRIPT_CALL), 2, b"prompt"))
+    inbox.wait_for(2)
+    arrivals = [(Kind(f.kind).name, at) for _, f, at in inbox.frames]
+    _everyone("received")  # a frame still delayed at shutdown is dropped
+    transport.shutdown()
+    # arrival relative to our own send: ranks share the machine's monotonic clock
+    return {"send_returned": send_returned, "order": [name for name, _ in arrivals],
+            "sent_at": sent_at, "arrived_at": dict(arrivals), "delayed_sends": transport.delayed_sends}
