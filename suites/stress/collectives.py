@@ -38,11 +38,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 from suites.stress import metrics
+from suites.stress.common import (WorldSlot, backend_registry, csv_list as _csv, device_plan, host_info,
+                                  run_until_interrupted, say)
 from suites.stress.metrics import COLLECTIVES, DEFAULT_COLLECTIVES, REDUCING, ROOTED
 
 MIB = 1 << 20
@@ -64,10 +65,6 @@ UNITS = {"size": "(B)", "count": "(elements)", "time_us": "(p50)", "algbw": "(GB
 
 
 # ------------------------------------------------------------------ options
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m suites.stress.collectives",
@@ -141,10 +138,6 @@ def table_row(record: dict) -> str:
     return "  ".join(_cell(k, record[k]).rjust(w) for k, _, w in COLUMNS)
 
 
-def say(text: str = "") -> None:
-    print(text, flush=True)
-
-
 # ------------------------------------------------------------------ rows
 def make_record(backend: str, world_size: int, collective: str, dtype: str, results: list[dict]) -> dict:
     """One table row from every rank's bench_row result."""
@@ -174,14 +167,6 @@ class Bench:
         self.unavailable: list[dict] = []
         self.skipped: list[dict] = []
 
-    # -------------------------------------------------------------- worlds
-    def _start_world(self, spec, world_size: int, devices):
-        from fixtures.world import World
-
-        world = World(spec, world_size, devices, plugins=self.args.backend_plugin, deadline=self.args.deadline)
-        world.start()
-        return world
-
     def _error(self, backend: str, world_size: int, collective, size, exc: BaseException) -> None:
         text = str(exc) or repr(exc)
         first = text.splitlines()[0] if text else type(exc).__name__
@@ -194,8 +179,6 @@ class Bench:
 
     # ---------------------------------------------------------------- run
     def run(self, registry) -> None:
-        from fixtures.devices import NotEnoughDevices, device_count, plan_devices
-
         targets = []  # (backend, spec, plan) usable here
         for name in self.args.backends:
             spec = registry.get(name)
@@ -210,51 +193,31 @@ class Bench:
             worlds = {}
             try:
                 for name, spec in targets:
-                    try:
-                        plan = plan_devices(spec.device_type, world_size, device_count(spec.device_type))
-                    except NotEnoughDevices as exc:
-                        self.unavailable.append({"backend": name, "world_size": world_size, "reason": str(exc)})
-                        say(f"# backend {name} world_size={world_size}: unavailable, skipped: {exc}")
+                    devices = device_plan(spec, world_size)
+                    if isinstance(devices, str):
+                        self.unavailable.append({"backend": name, "world_size": world_size, "reason": devices})
+                        say(f"# backend {name} world_size={world_size}: unavailable, skipped: {devices}")
                         continue
-                    worlds[name] = [spec, plan.devices, None]
+                    worlds[name] = WorldSlot(spec, world_size, devices, plugins=self.args.backend_plugin,
+                                             deadline=self.args.deadline)
                 # collectives outer, backends inner: the backends' tables of one
                 # collective are measured (and printed) next to each other
                 for collective in self.args.collective_list:
-                    for name, entry in worlds.items():
-                        self._run_collective(name, entry, world_size, collective)
+                    for name, slot in worlds.items():
+                        self._run_collective(name, slot, world_size, collective)
             finally:
-                for _, _, world in worlds.values():
-                    if world is not None:
-                        world.close()
+                for slot in worlds.values():
+                    slot.close()
 
-    def _ensure_world(self, name: str, entry: list, world_size: int, collective: str):
-        """The live world of this backend and size, (re)started if needed; None if it cannot start."""
-        from fixtures.errors import WorldError
-
-        spec, devices, world = entry
-        if world is not None and world.alive and world.tainted:
-            try:
-                world.reset()
-            except WorldError:
-                pass  # reset() killed it; start a new one below
-        if world is None or not world.alive:
-            if world is not None:
-                world.kill()
-            entry[2] = None
-            try:
-                entry[2] = self._start_world(spec, world_size, devices)
-            except Exception as exc:
-                self._error(name, world_size, collective, None, exc)
-                return None
-        return entry[2]
-
-    def _run_collective(self, name: str, entry: list, world_size: int, collective: str) -> None:
+    def _run_collective(self, name: str, slot: WorldSlot, world_size: int, collective: str) -> None:
         from fixtures.errors import WorldError
         from suites.stress.rank_bench import bench_row
 
         args = self.args
-        world = self._ensure_world(name, entry, world_size, collective)
-        if world is None:
+        try:
+            world = slot.get()  # the live world, reset or replaced after a failure
+        except Exception as exc:
+            self._error(name, world_size, collective, None, exc)
             return
         say()
         say(table_header(name, world_size, collective, args.dtype))
@@ -387,21 +350,9 @@ def print_headline(lines: list[dict]) -> None:
 # ------------------------------------------------------------------ main
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from backends.registry import BackendRegistry, PluginImportError, UnknownBackend
-
-    try:
-        registry = BackendRegistry(args.backend_plugin)
-        for name in args.backends:
-            registry.get(name)
-    except (UnknownBackend, PluginImportError) as exc:
-        print(f"usage error: {exc}", file=sys.stderr)
+    registry = backend_registry(args.backend_plugin, args.backends)
+    if registry is None:
         return 2
-
-    import torch
-
-    from fixtures.spawner import Zygote
-
-    Zygote.warm_up()
     say(f"# distconform collective benchmark: backends {','.join(args.backends)}, world sizes "
         f"{','.join(map(str, args.world_sizes))}, {metrics.format_bytes(args.sizes[0])}..."
         f"{metrics.format_bytes(args.sizes[-1])} x{args.step_factor}, {args.dtype}, up to {args.iters} iterations "
@@ -410,10 +361,7 @@ def main(argv=None) -> int:
         "nccl-tests bus factor; #wrong: elements differing from the oracle, summed over ranks")
     started = time.monotonic()
     bench = Bench(args)
-    try:
-        bench.run(registry)
-    except KeyboardInterrupt:
-        say("# interrupted: writing what was measured")
+    run_until_interrupted(bench.run, registry)
     comparison = compare(bench.records, args.baseline)
     heads = headline(comparison, args, bench.unavailable)
     wrong_total = sum(r["#wrong"] for r in bench.records)
@@ -435,8 +383,7 @@ def main(argv=None) -> int:
                    "step_factor": args.step_factor, "iters": args.iters, "min_iters": args.min_iters,
                    "warmup": args.warmup, "target_seconds": args.target_seconds, "baseline": args.baseline,
                    "backend_plugins": args.backend_plugin, "deadline": args.deadline},
-        "host": {"python": platform.python_version(), "torch": torch.__version__, "machine": platform.machine(),
-                 "cpus": os.cpu_count()},
+        "host": host_info(),
         "columns": [k for k, _, _ in COLUMNS],
         "records": bench.records,
         "errors": bench.errors,
