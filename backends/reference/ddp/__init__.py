@@ -1,0 +1,52 @@
+"""The reference DDP: torch 2.13's DistributedDataParallel reducer, re-implemented in plain Python.
+
+It runs over any process group (gloo, nccl, the project's ``reference``
+backend, a Python ProcessGroup) and is the oracle the DDP suite compares
+torch's C++ reducer with. Read it in this order:
+
+* ``params.py``: which parameters are managed (requires_grad, not ignored,
+  shared parameters once: PyTorch issue 41324) and the construction-time
+  checks and broadcast;
+* ``buckets.py``: bucket assignment (caps, the 1 MiB first bucket, dtype and
+  device grouping, reversed order) and the rebuild after the first iteration;
+* ``reducer.py``: hooks, readiness, launch in bucket order, averaging,
+  unused parameters (globally versus locally), static graph, finalize;
+* ``comm_hooks.py``: the GradBucket a comm hook sees, and the allreduce and
+  fp16-compress hooks (torch's own default_hooks work too);
+* ``join.py``: how a rank that ran out of inputs shadows the others' DDP
+  collectives under ``torch.distributed.algorithms.Join``;
+* ``data_parallel.py``: the module wrapper, forward before/after steps.
+
+Interface (the same as ``torch.nn.parallel.DistributedDataParallel``)::
+
+    DistributedDataParallel(module, device_ids=None, output_device=None, broadcast_buffers=True,
+                            process_group=None, bucket_cap_mb=None, find_unused_parameters=False,
+                            gradient_as_bucket_view=False, static_graph=False)
+
+``forward``, ``module``, ``no_sync()``, ``register_comm_hook(state, hook)``,
+``join(divide_by_initial_world_size=True, enable=True,
+throw_on_early_termination=False)`` (torch's ``Join``), the ``Joinable``
+interface (``join_hook``, ``join_device``, ``join_process_group``) so that
+``Join([ddp, other_joinable])`` works, ``_authoritative_rank`` after a join,
+and the static method ``_set_params_and_buffers_to_ignore_for_model(module,
+names)``. Error texts are torch's (unused parameters, marked twice, static
+graph changed, no trainable parameter, comm hook registered twice).
+
+Observables for the suite (torch's DDP has no public equivalent; the suite
+reads torch's from ``ddp.reducer._get_zeros_like_grad_buckets()``):
+
+* ``ddp.bucket_indices()``: per bucket, in reducer order (bucket 0 is
+  reduced first), the indices into ``ddp.managed_parameters()`` (the managed
+  parameters in managed order);
+* ``ddp.bucket_numels()``: number of elements of each bucket's flat buffer.
+
+Not implemented: sparse gradients (``nn.Embedding(sparse=True)``; a clear
+NotImplementedError at construction), mixed precision, buffer comm hooks,
+``delay_all_reduce_named_params`` and the other arguments torch 2.13 added
+beyond the interface above.
+"""
+
+from .comm_hooks import GradBucket, allreduce_hook, fp16_compress_hook
+from .data_parallel import DistributedDataParallel
+
+__all__ = ["DistributedDataParallel", "GradBucket", "allreduce_hook", "fp16_compress_hook"]
