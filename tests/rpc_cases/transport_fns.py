@@ -96,6 +96,7 @@ def all_to_all_threads(threads: int, frames_per_thread: int) -> dict:
     expected = threads * frames_per_thread * (ctx.world_size - 1)
     inbox.wait_for(expected)
     elapsed = time.monotonic() - start
+    _everyone("received")  # else a peer's early STOP is reported as a lost peer, correctly
     transport.shutdown()
     received = {}
     bad = []
@@ -158,6 +159,7 @@ def send_payloads(faults: Faults | None = None) -> dict:
         transport.send(dst, Frame(int(Kind.EXCEPTION), 2, b"no tensors"))
         transport.send(dst, Frame(int(Kind.EXCEPTION), 3, b""))
     inbox.wait_for((len(cases) + 3) * (ctx.world_size - 1))
+    _everyone("received")
     transport.shutdown()
     wrong = []
     for src, frame, _ in inbox.frames:
@@ -194,7 +196,8 @@ def idle_shutdown() -> dict:
     """Start, send nothing, shut down: the listener is blocked in a receive from any source."""
     inbox, transport = Inbox(), PgTransport()
     _start(transport, inbox)
-    time.sleep(0.1)
+    _everyone("started")
+    time.sleep(0.05)  # let the listener block in its receive
     start = time.monotonic()
     transport.shutdown()
     elapsed = time.monotonic() - start

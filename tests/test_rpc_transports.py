@@ -1,0 +1,310 @@
+"""The reference RPC transports, driven directly: PgTransport (frames over the c10d
+backend under test) and FaultyTransport (fault injection), without an agent.
+
+Contract: every frame sent arrives once, intact (every dtype, shape and
+layout), in send order per sender thread and destination, from many threads
+at once, over gloo and over the project's reference backend; shutdown never
+hangs, even with the listener blocked in a receive from any source or with
+peers that keep running; a peer that left is named in the error; fault
+injection fails and delays exactly what torch's faulty agent does.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+
+import pytest
+import torch
+
+from backends.reference.rpc import pg_transport
+from backends.reference.rpc.faulty import FaultyTransport, IntentionalFailure
+from backends.reference.rpc.pg_transport import FrameError, PgTransport
+from backends.reference.rpc.transport import Frame, Kind, Transport, TransportError
+from backends.registry import BackendRegistry
+from backends.rpc_agents import FAULTABLE_KINDS, Faults
+from fixtures.pool import WorldPool
+from tests.rpc_cases import transport_fns as fns
+
+pytestmark = pytest.mark.timeout(120)
+
+WORLDS = [("gloo", 2), ("gloo", 4), ("reference", 2), ("reference", 4)]
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = WorldPool(BackendRegistry(), deadline=30.0, max_alive=1)
+    yield pool
+    pool.close_all()
+
+
+@pytest.fixture(scope="module", params=WORLDS, ids=[f"{b}-ws{n}" for b, n in WORLDS])
+def tworld(request, pool):
+    """A live world per (backend, world size); module scope groups the cases by world."""
+    backend, world_size = request.param
+    return pool.get(backend, world_size)
+
+
+def assert_only_shutdowns(lost):
+    """on_peer_lost during the shutdown race may only say that the peer closed first."""
+    assert all(reason == f"rank {peer} has shut down its RPC transport" for peer, reason in lost), lost
+
+
+# --------------------------------------------------------------- over live worlds
+def test_all_to_all_from_16_threads_arrives_once_in_order(tworld):
+    """Frames from 16 threads per rank to every peer all arrive, once, in each thread's send order."""
+    threads, per_thread = 16, 8
+    results = tworld.run(fns.all_to_all_threads, threads, per_thread)
+    ws = tworld.world_size
+    for rank, result in enumerate(results):
+        assert result["errors"] == [] and result["bad"] == []
+        assert_only_shutdowns(result["lost"])
+        assert sorted(result["received"]) == [p for p in range(ws) if p != rank]
+        for src, seen in result["received"].items():
+            assert sorted(seen) == [(t, s) for t in range(threads) for s in range(per_thread)], \
+                f"rank {rank} from {src}: lost or duplicated frames"
+            for thread in range(threads):
+                order = [s for t, s in seen if t == thread]
+                assert order == list(range(per_thread)), f"rank {rank} got thread {thread} of rank {src} as {order}"
+
+
+def test_payloads_of_every_dtype_and_layout_arrive_intact(tworld):
+    """Every dtype (bool, bfloat16, complex, float8, unsigned), 0-dim, empty, strided, conjugated and
+    16 MiB tensors arrive bit-identical, contiguous, alone and bundled in one frame; header-only frames too."""
+    results = tworld.run(fns.send_payloads)
+    n_cases = len(fns.payload_cases())
+    for result in results:
+        assert result["wrong"] == []
+        assert result["count"] == (n_cases + 3) * (tworld.world_size - 1)
+
+
+def test_idle_shutdown_with_listener_blocked_returns_promptly(tworld):
+    """Shutting down with the listener blocked in a receive from any source returns in bounded time,
+    closes cleanly (every STOP exchanged); a peer that closed first is reported only as shut down."""
+    results = tworld.run(fns.idle_shutdown)
+    for rank, result in enumerate(results):
+        assert result["elapsed"] < 5.0, result
+        assert result["clean"] and not result["state"]["listener_alive"]
+        assert result["state"]["stop_received"] == [p for p in range(tworld.world_size) if p != rank]
+        assert_only_shutdowns(result["lost"])
+
+
+def test_rank_leaving_early_is_named_and_does_not_block_anyone(tworld):
+    """A rank that shuts down while its peers keep running returns promptly; the peers are told through
+    on_peer_lost, a send to it raises TransportError naming it, the others keep talking."""
+    results = tworld.run(fns.one_rank_leaves_early)
+    assert results[0]["elapsed"] < 5.0 and results[0]["clean"]
+    assert "cannot send to rank 1" in results[0]["send_after"]
+    for rank, result in enumerate(results[1:], start=1):
+        assert result["lost"] == [(0, "rank 0 has shut down its RPC transport")]
+        assert result["send_to_0"].startswith("reference-pg: cannot send to rank 0: rank 0 has shut down")
+        assert result["from"] == [p for p in range(1, tworld.world_size) if p != rank]
+        assert result["clean"] and result["elapsed"] < 5.0
+
+
+def test_faulty_fails_first_sends_of_each_message_like_torch(tworld):
+    """FaultyTransport fails the first num_fail_sends sends of each distinct PYTHON_CALL (torch keys by
+    payload) with 'Send attempt failed intentionally', sends nothing for them, and passes other kinds."""
+    if tworld.world_size != 2 and tworld.spec.name == "gloo":
+        pytest.skip("fault counting does not depend on the world: ws2 and reference-ws4 cover it")
+    results = tworld.run(fns.faulty_counts, 2, 4)
+    for result in results:
+        assert [s == "sent" for s in result["same"]] == [False, False, True, True]
+        assert all("Send attempt failed intentionally for PYTHON_CALL" in s for s in result["same"][:2])
+        assert all(s.startswith("IntentionalFailure") for s in result["distinct"])
+        assert result["script"] == ["sent"] * 4
+        assert result["failed_sends"] == 6
+        assert result["arrived"] == [("PYTHON_CALL", "same", 2), ("PYTHON_CALL", "same", 3)] + \
+            [("SCRIPT_CALL", "same", i) for i in range(4)]
+
+
+def test_faulty_delay_holds_one_kind_without_blocking_sender_or_others(tworld):
+    """A delayed kind arrives no sooner than its delay; send() returns at once and a later frame of
+    another kind overtakes it."""
+    if tworld.world_size != 2:
+        pytest.skip("delay does not depend on the world size: ws2 covers it")
+    delay = 0.4
+    results = tworld.run(fns.faulty_delay, delay)
+    ws = tworld.world_size
+    for rank, result in enumerate(results):
+        sender = results[(rank - 1) % ws]
+        assert result["send_returned"] < 0.2
+        assert result["order"] == ["SCRIPT_CALL", "PYTHON_CALL"]
+        assert result["arrived_at"]["PYTHON_CALL"] - sender["sent_at"] >= delay
+        assert result["delayed_sends"] == 1
+
+
+# --------------------------------------------------------------- in one process
+class Recorder(Transport):
+    """An inner transport that records what reaches it, for FaultyTransport's unit clauses."""
+
+    name = "recorder"
+
+    def __init__(self):
+        self.sent: list[tuple[int, Frame, float]] = []
+        self.shut = False
+
+    def start(self, rank, world_size, store, deliver, on_peer_lost):
+        pass
+
+    def send(self, dst, frame):
+        self.sent.append((dst, frame, time.monotonic()))
+
+    def shutdown(self):
+        self.shut = True
+
+
+@pytest.mark.parametrize("faults, text", [
+    (Faults(fail=("PYTHON_CALL", "NOT_A_KIND")), "NOT_A_KIND"),
+    (Faults(delay={"SCRIPT_RET": 1.0}), "SCRIPT_RET"),  # a response kind: torch cannot fault it either
+    (Faults(fail=("CLEANUP_AUTOGRAD_CONTEXT_REQ",)), "CLEANUP_AUTOGRAD_CONTEXT_REQ"),
+])
+def test_faulty_rejects_unknown_kinds_listing_valid_ones(faults, text):
+    """An unknown message kind name is a ValueError naming it and listing every valid kind."""
+    with pytest.raises(ValueError) as info:
+        FaultyTransport(Recorder(), faults)
+    assert text in str(info.value)
+    assert all(name in str(info.value) for name in FAULTABLE_KINDS)
+
+
+@pytest.mark.parametrize("faults, text", [
+    (Faults(delay={"PYTHON_CALL": -1}), "non-negative"),
+    (Faults(fail=("PYTHON_CALL",), num_fail_sends=-2), "non-negative"),
+])
+def test_faulty_rejects_negative_numbers(faults, text):
+    """A negative delay or fail count is a ValueError, as in torch's faulty agent."""
+    with pytest.raises(ValueError, match=text):
+        FaultyTransport(Recorder(), faults)
+
+
+def test_faulty_counts_per_payload_exactly():
+    """With num_fail_sends=3, each distinct payload fails exactly 3 times, then always passes; other kinds never fail."""
+    inner = Recorder()
+    faulty = FaultyTransport(inner, Faults(fail=("RREF_USER_DELETE", "PYTHON_CALL"), num_fail_sends=3))
+    outcomes = {}
+    for attempt in range(6):
+        for header in (b"a", b"b"):
+            for kind in (Kind.RREF_USER_DELETE, Kind.SCRIPT_CALL):
+                try:
+                    faulty.send(1, Frame(int(kind), attempt, header))
+                    outcomes.setdefault((kind.name, header), []).append(True)
+                except IntentionalFailure as exc:
+                    assert "Send attempt failed intentionally for RREF_USER_DELETE" in str(exc)
+                    outcomes.setdefault((kind.name, header), []).append(False)
+    assert outcomes[("RREF_USER_DELETE", b"a")] == [False] * 3 + [True] * 3
+    assert outcomes[("RREF_USER_DELETE", b"b")] == [False] * 3 + [True] * 3
+    assert outcomes[("SCRIPT_CALL", b"a")] == [True] * 6
+    assert faulty.failed_sends == 6
+    assert len(inner.sent) == 6 + 12
+    faulty.shutdown()
+    assert inner.shut
+
+
+def test_faulty_zero_fail_sends_fails_nothing():
+    """num_fail_sends=0 (torch's default) means a listed kind is never failed."""
+    inner = Recorder()
+    faulty = FaultyTransport(inner, Faults(fail=("PYTHON_CALL",)))
+    for i in range(3):
+        faulty.send(1, Frame(int(Kind.PYTHON_CALL), i, b"x"))
+    assert len(inner.sent) == 3
+
+
+def test_faulty_delay_is_per_kind_and_keeps_order_within_a_kind():
+    """Delayed frames go out after their delay in their own order, from many senders, while undelayed
+    kinds go out at once; frames still held at shutdown are dropped, not sent after it."""
+    inner = Recorder()
+    faulty = FaultyTransport(inner, Faults(delay={"PYTHON_CALL": 0.3, "PYTHON_REMOTE_CALL": 0.1}))
+    faulty.start(0, 2, None, lambda *a: None, lambda *a: None)
+    start = time.monotonic()
+    for i in range(5):
+        faulty.send(1, Frame(int(Kind.PYTHON_CALL), i, b""))
+    faulty.send(1, Frame(int(Kind.PYTHON_REMOTE_CALL), 10, b""))
+    faulty.send(1, Frame(int(Kind.SCRIPT_CALL), 20, b""))
+    assert time.monotonic() - start < 0.1, "send() waited for the delay"
+    deadline = time.monotonic() + 5
+    while len(inner.sent) < 7 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ids = [frame.msg_id for _, frame, _ in inner.sent]
+    assert ids == [20, 10, 0, 1, 2, 3, 4]
+    at = {frame.msg_id: t - start for _, frame, t in inner.sent}
+    assert at[10] >= 0.1 and all(at[i] >= 0.3 for i in range(5))
+    faulty.send(1, Frame(int(Kind.PYTHON_CALL), 99, b""))
+    faulty.shutdown()
+    time.sleep(0.35)
+    assert 99 not in [frame.msg_id for _, frame, _ in inner.sent]
+    assert faulty.dropped_at_shutdown == 1 and inner.shut
+    with pytest.raises(TransportError):
+        faulty.send(1, Frame(int(Kind.PYTHON_CALL), 100, b""))
+
+
+# --------------------------------------------------------------- framing, no wire
+def _roundtrip(frame: Frame) -> Frame:
+    meta, body, datas = pg_transport.encode(frame)
+    kind, msg_id, header_len, n, desc_len = pg_transport.decode_meta(meta.tolist(), 1)
+    payload = body.numpy().tobytes() if body is not None else b""
+    descs = pg_transport.decode_descriptors(payload[header_len:], n, 1)
+    it = iter(datas)
+    tensors = [torch.empty(shape, dtype=d) if torch.empty(shape).numel() == 0
+               else next(it).view(d).reshape(shape).clone() for d, shape in descs]
+    return Frame(kind, msg_id, payload[:header_len], tensors)
+
+
+def test_encoding_roundtrips_every_payload_case():
+    """encode/decode (without the wire) reproduce every payload case bit for bit."""
+    cases = fns.payload_cases()
+    out = _roundtrip(Frame(int(Kind.PYTHON_CALL), 2**62, pickle.dumps("h"), [t for _, t in cases]))
+    assert out.msg_id == 2**62 and pickle.loads(out.header) == "h"
+    assert [name for (name, t), got in zip(cases, out.tensors) if not fns._same(t, got)] == []
+
+
+@pytest.mark.parametrize("frame, error, text", [
+    (Frame(1, 0, b"", [torch.ones(2).to_sparse()]), ValueError, "layout"),
+    (Frame(1, 0, b"", [torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)]), ValueError, "dtype"),
+    (Frame(1, 0, b"", [[1, 2]]), TypeError, "not a torch.Tensor"),
+    (Frame(1, 0, "text"), TypeError, "header must be bytes"),
+    (Frame(1, 2**64, b""), ValueError, "msg_id"),
+], ids=["sparse", "quantized", "list", "str-header", "huge-id"])
+def test_unsendable_frames_are_refused_before_the_wire(frame, error, text):
+    """A frame that cannot travel is refused with an error naming the problem, before anything is sent."""
+    with pytest.raises(error, match=text):
+        pg_transport.encode(frame)
+
+
+@pytest.mark.parametrize("values, text", [
+    ([0, 1, 2, 0, 0, 0, 0, 0], "magic"),
+    ([pg_transport.MAGIC, 1, 2, -1, 0, 0, 0, 0], "impossible sizes"),
+    ([pg_transport.MAGIC, 1, 2, 0, 1, 0, 0, 0], None),
+], ids=["magic", "negative", "missing-descriptor"])
+def test_garbled_meta_is_a_frame_error_naming_the_sender(values, text):
+    """A garbled frame is a FrameError naming the sending rank, never a crash or a wrong tensor."""
+    with pytest.raises(FrameError, match="rank 3"):
+        _, _, header_len, n, desc_len = pg_transport.decode_meta(values, 3)
+        pg_transport.decode_descriptors(b"", n, 3)
+
+
+def test_send_before_start_and_to_self_are_refused():
+    """send() before start() is a TransportError, to itself or out of range a ValueError, both naming the rank."""
+    transport = PgTransport()
+    with pytest.raises(ValueError, match="rank 5"):
+        transport.send(5, Frame(1, 0, b""))
+    transport.shutdown()  # before start: a no-op, idempotent
+    transport.shutdown()
+
+
+def test_nccl_is_refused_as_a_capability_limit():
+    """A default group whose backend moves no CPU tensors (nccl) is refused with a reason, before any collective."""
+    with pytest.raises(RuntimeError, match="CUDA only"):
+        pg_transport.check_backend_carries_cpu("nccl")
+    pg_transport.check_backend_carries_cpu("gloo")
+
+
+def test_start_without_default_group_says_what_is_missing():
+    """start() without torch.distributed's default group says to call init_process_group first."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("this pytest process has a default group")
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        PgTransport().start(0, 2, None, lambda *a: None, lambda *a: None)
+    threading.enumerate()  # no listener was started
