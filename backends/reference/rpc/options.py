@@ -1,0 +1,42 @@
+"""ReferenceRpcBackendOptions: what init_rpc needs to start a reference agent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+AGENTS = ("reference-tp", "reference-pg")
+
+
+@dataclass
+class ReferenceRpcBackendOptions:
+    """Options of the reference agents (torch's RpcBackendOptions fields, plus ours).
+
+    * ``agent``: ``"reference-tp"`` (direct sockets) or ``"reference-pg"``
+      (frames over the default c10d process group);
+    * ``num_worker_threads``: how many requests run at once;
+    * ``rpc_timeout``: default per-call timeout in seconds, 0 = none;
+    * ``store``: a c10d Store shared by every worker of this agent (a fresh
+      one, or a fresh PrefixStore, per init); else ``init_method``
+      (``file://``, ``tcp://``; default ``env://`` as torch) is rendezvoused as torch does;
+    * ``listen_host``: where reference-tp listens (loopback by default);
+    * ``faults``: a ``backends.rpc_agents.Faults`` to drop or delay chosen
+      message kinds (wraps the transport in faulty.FaultyTransport).
+    """
+
+    agent: str = "reference-tp"
+    num_worker_threads: int = 16
+    rpc_timeout: float = 60.0
+    store: object = None
+    init_method: str | None = None
+    listen_host: str = "127.0.0.1"
+    faults: object = None
+
+    def __post_init__(self):
+        if self.agent not in AGENTS:
+            raise ValueError(f"unknown reference RPC agent {self.agent!r}; known: {', '.join(AGENTS)}")
+        if isinstance(self.num_worker_threads, bool) or not isinstance(self.num_worker_threads, int) \
+                or self.num_worker_threads < 1:
+            raise ValueError(f"num_worker_threads must be a positive int, got {self.num_worker_threads!r}")
+        if isinstance(self.rpc_timeout, bool) or not isinstance(self.rpc_timeout, (int, float)) \
+                or self.rpc_timeout < 0:
+            raise ValueError(f"rpc_timeout must be seconds >= 0 (0 = no timeout), got {self.rpc_timeout!r}")

@@ -1,0 +1,99 @@
+"""Message headers: a pickle (protocol 5) with the tensors taken out.
+
+``dumps(obj)`` returns ``(header_bytes, tensors)``: every CPU tensor inside
+``obj`` is replaced in the pickle by its index in ``tensors`` (as torch's
+``_InternalRPCPickler`` does), so the transport can move tensor storage as
+raw bytes and never pickles a tensor. ``loads(header, tensors)`` puts them
+back. RRefs inside ``obj`` travel as fork data (rref.py decides what a fork
+means); ``dumps`` reports every RRef it pickled so the agent can register the
+forks with their owners.
+
+Only the agent unpickles, and only frames from peers that presented the
+world's token (the transport checks it): a pickle is code, so the token is
+what keeps strangers out.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+import threading
+
+import torch
+
+PROTOCOL = 5
+
+# Per-thread tables, saved and restored around nested calls (a reducer that
+# itself pickles) exactly as torch's _InternalRPCPickler does.
+_tables = threading.local()
+
+
+def _tensor_receiver(index: int):
+    return _tables.recv[index]
+
+
+def _grad_tensor_receiver(index: int):
+    return _tables.recv[index].requires_grad_()
+
+
+def _tensor_reducer(tensor: torch.Tensor):
+    if tensor.device.type != "cpu":
+        # torch's text (rpc_async docstring): GPU tensors do not travel without a device map
+        raise TypeError(f"RPC cannot send a tensor on {tensor.device}: Using GPU tensors as arguments or return "
+                        "values is not supported; copy them to CPU first")
+    if tensor.layout != torch.strided:
+        raise TypeError(f"RPC sends strided (dense) tensors only, not {tensor.layout}")
+    send = _tables.send
+    send.append(tensor.detach())
+    receiver = _grad_tensor_receiver if tensor.requires_grad else _tensor_receiver
+    return receiver, (len(send) - 1,)
+
+
+_rref_reducer = None  # set by rref.py (import order: rref imports serialize)
+
+
+def _rref_reduce(rref):
+    return _rref_reducer(rref)
+
+
+_DISPATCH = copyreg.dispatch_table.copy()
+_DISPATCH[torch.Tensor] = _tensor_reducer
+_DISPATCH[torch.nn.Parameter] = _tensor_reducer
+
+
+def register_rref_class(cls, reducer) -> None:
+    global _rref_reducer
+    _rref_reducer = reducer
+    _DISPATCH[cls] = _rref_reduce
+
+
+class _Pickler(pickle.Pickler):
+    dispatch_table = _DISPATCH
+
+
+def dumps(obj) -> tuple[bytes, list]:
+    """(pickle bytes, tensors taken out of it) for ``obj``."""
+    outer = getattr(_tables, "send", None)
+    _tables.send = tensors = []
+    try:
+        buffer = io.BytesIO()
+        _Pickler(buffer, PROTOCOL).dump(obj)
+        return buffer.getvalue(), tensors
+    finally:
+        _tables.send = outer
+
+
+def loads(data, tensors: list):
+    """The object ``dumps`` produced, with ``tensors`` put back in their places."""
+    outer = getattr(_tables, "recv", None)
+    _tables.recv = tensors
+    try:
+        return pickle.loads(data)
+    finally:
+        _tables.recv = outer
+
+
+def self_copy(tensors: list) -> list:
+    """What a self-call receives: copies, as if the tensors had crossed a wire."""
+    return [t.clone() for t in tensors]
