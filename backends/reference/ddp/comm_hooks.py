@@ -7,6 +7,9 @@ the reducer divides every gradient by the divide factor while copying it into
 the buffer and all-reduces with SUM (``allreduce_by_sum``); with a hook it
 copies gradients undivided and the hook owns the averaging.
 
+The hooks below carry no annotations: torch's DDP checks a hook's annotations
+against ``dist.GradBucket``, and these hooks serve both DDPs.
+
 ``GradBucket`` has the methods of ``torch.distributed.GradBucket`` that hooks
 use, so torch's own hooks
 (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks``) run unchanged
@@ -55,7 +58,7 @@ class GradBucket:
         return f"GradBucket(index={self._index}, numel={self._buffer.numel()}, parameters={len(self._parameters)})"
 
 
-def allreduce_by_sum(process_group, bucket: GradBucket) -> torch.futures.Future:
+def allreduce_by_sum(process_group, bucket):
     """The reducer's built-in reduction when no hook is registered: SUM, no division.
 
     Gradients were already divided on their way into the buffer.
@@ -64,7 +67,7 @@ def allreduce_by_sum(process_group, bucket: GradBucket) -> torch.futures.Future:
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
-def allreduce_hook(process_group, bucket: GradBucket) -> torch.futures.Future:
+def allreduce_hook(process_group, bucket):
     """Average: divide the buffer by the group size, then SUM all-reduce (equals no hook up to rounding)."""
     group = process_group if process_group is not None else dist.group.WORLD
     buffer = bucket.buffer()
@@ -73,7 +76,7 @@ def allreduce_hook(process_group, bucket: GradBucket) -> torch.futures.Future:
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
-def fp16_compress_hook(process_group, bucket: GradBucket) -> torch.futures.Future:
+def fp16_compress_hook(process_group, bucket):
     """Average in float16: half the bytes on the wire, about 1e-3 relative error."""
     group = process_group if process_group is not None else dist.group.WORLD
     buffer = bucket.buffer()

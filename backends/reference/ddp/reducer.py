@@ -446,7 +446,7 @@ class Reducer:
             return allreduce_by_sum(self.process_group, grad_bucket)
         state, hook = self.comm_hook
         future = hook(state, grad_bucket)
-        if not isinstance(future, torch.futures.Future):
+        if not isinstance(future, (torch.futures.Future, torch._C.Future)):
             raise RuntimeError(f"DDP comm hook {getattr(hook, '__qualname__', hook)!r} must return a "
                                f"torch.futures.Future of one tensor, got {type(future).__name__}")
         return future
