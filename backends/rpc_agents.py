@@ -69,7 +69,9 @@ AGENTS: dict[str, AgentSpec] = {
     "tensorpipe": AgentSpec(
         name="tensorpipe", module="torch.distributed.rpc",
         description="torch.distributed.rpc's TensorPipe agent (the agent users run today)",
-        timeout_error="RPC ran for more than", one_start_per_process=True,
+        # remote() reports its own text when the RRef creation timed out
+        timeout_error=r"RPC ran for more than|RRef creation via rpc\.remote\(\) timed out",
+        one_start_per_process=True,
         gaps=(
             Gap({"rpc_feature": "custom_exception_type", "rpc_call": ("rpc_sync", "rpc_async", "rref_method")},
                 "a remote exception reaching the caller through a C++ future is re-raised by c10::Error "
@@ -133,7 +135,8 @@ def start_agent(name: str, *, rank: int, world_size: int, store, init_file: str,
         else:
             options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
                                                       init_method=f"file://{init_file}")
-            backend = rpc.BackendType.TENSORPIPE
+            # the registry rebuilds the enum when FAULTY_TENSORPIPE registers: look it up now
+            backend = rpc.backend_registry.BackendType["TENSORPIPE"]
         rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, backend=backend,
                      rpc_backend_options=options)
     else:

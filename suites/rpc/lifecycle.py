@@ -55,6 +55,10 @@ class _State:
     case_id: int = -1
     starts_in_case: int = 0
     started: set = field(default_factory=set)  # agent names ever started in this process
+    # Rank 0's rendezvous dirs of stopped agents, with the case that stopped them.
+    # Removed only in a later case: a peer may still read the FileStore while
+    # it leaves the graceful-shutdown handshake after this rank has returned.
+    stale_dirs: list = field(default_factory=list)
 
 
 _STATE = _State()
@@ -78,7 +82,18 @@ def _next_key() -> str:
     return f"rpc-agent/case{ctx.case_id}/start{_STATE.starts_in_case}"
 
 
+def _remove_stale_dirs(everything: bool = False) -> None:
+    keep = []
+    for case_id, path in _STATE.stale_dirs:
+        if everything or case_id != ctx.case_id:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            keep.append((case_id, path))
+    _STATE.stale_dirs = keep
+
+
 def _start(name: str, *, shared: bool, **options) -> Running:
+    _remove_stale_dirs()
     key = _next_key()
     store = dist.PrefixStore(key, ctx.base_store)
     store.set_timeout(timedelta(seconds=STORE_WAIT_S))
@@ -105,15 +120,21 @@ def stop(graceful: bool = True) -> None:
         rpc_agents.stop_agent(running.name, graceful=graceful)
     finally:
         if running.tmpdir:
-            shutil.rmtree(running.tmpdir, ignore_errors=True)
+            _STATE.stale_dirs.append((ctx.case_id, running.tmpdir))
 
 
 def stop_quietly() -> None:
-    """For the harness's hooks and restarts: never raise, never wait for peers."""
+    """For restarts: never raise, never wait for peers."""
     try:
         stop(graceful=False)
     except Exception:
         pass
+
+
+def before_pg_destroy() -> None:
+    """The harness's hook (re-initialisation after a failure, process exit)."""
+    stop_quietly()
+    _remove_stale_dirs(everything=True)
 
 
 def prepare(name: str, *, shared: bool, restart: bool = False) -> dict:
@@ -139,7 +160,7 @@ def prepare(name: str, *, shared: bool, restart: bool = False) -> dict:
     _STATE.name = name
     if shared and state != "-" and all(s[0] == state for s in states):
         return {"action": "reused", "key": mine.key}
-    if not shared and mine is None and all(s[0] == "-" for s in states):
+    if not shared and mine is None and all(s[0] == "-" and s[1] == "0" for s in states):
         return {"action": "none"}
     # A graceful stop needs every rank's agent to take part; only the same
     # healthy start everywhere qualifies.
@@ -150,10 +171,10 @@ def prepare(name: str, *, shared: bool, restart: bool = False) -> dict:
             stop_quietly()
     else:
         stop_quietly()
-    if not shared:
-        return {"action": "stopped"}
     if any(s[1] == "1" for s in states):
         return {"action": "new_process"}
+    if not shared:
+        return {"action": "stopped"}
     return {"action": "started", "key": _start(name, shared=True).key}
 
 
@@ -189,8 +210,8 @@ def _register_harness_hook() -> None:
     except ImportError:
         return
     hooks = getattr(rank_main, "BEFORE_PG_DESTROY", None)
-    if hooks is not None and stop_quietly not in hooks:
-        hooks.append(stop_quietly)
+    if hooks is not None and before_pg_destroy not in hooks:
+        hooks.append(before_pg_destroy)
 
 
 _register_harness_hook()
