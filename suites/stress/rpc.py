@@ -64,6 +64,7 @@ MODES = ("async", "sync")
 PROFILED_BENCHMARKS = ("light",)  # issue 5: the light benchmark under the legacy profiler
 DEFAULT_AGENTS = ("tensorpipe", "reference-pg", "reference-tp")
 BASE_AGENT = "tensorpipe"  # what the others are compared with
+PLANTABLE = ("stall", "wrong")  # rpc_udfs functions the --plant test hook can put in place of light()
 KEY_FIELDS = ("agent", "backend", "world_size", "benchmark", "mode", "profiled")
 
 
@@ -127,8 +128,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="seconds one distributed call (agent start, one measurement, stop) may take (default: 60)")
     parser.add_argument("--rpc-timeout", type=float, default=60.0, help="the agents' RPC timeout in s (default: 60)")
     parser.add_argument("--num-worker-threads", type=int, default=16, help="agent worker threads (default: 16)")
-    parser.add_argument("--stall", metavar="AGENT", default=None,
-                        help="test hook: AGENT's light calls never return (a hung agent must become an error row)")
+    parser.add_argument("--plant", metavar="AGENT:FAULT", action="append", default=[],
+                        help="test hook (repeatable): AGENT's light calls run a planted fault, FAULT one of "
+                             f"{', '.join(PLANTABLE)}: stall never answers (a hung agent must become an error row), "
+                             "wrong answers 1 instead of 0 (must be counted as wrong)")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -163,8 +166,13 @@ def _check_args(args) -> None:
         raise UsageError("--calls and --heavy-calls must be >= 1, --warmup >= 0")
     if args.max_regression < 0:
         raise UsageError("--max-regression must be >= 0 (a percentage)")
-    if args.stall is not None and args.stall not in rpc_agents.AGENTS:
-        raise UsageError(f"--stall: unknown agent {args.stall!r}; known: {', '.join(rpc_agents.AGENTS)}")
+    args.planted = {}
+    for item in args.plant:
+        agent, _, fault = item.partition(":")
+        if agent not in rpc_agents.AGENTS or fault not in PLANTABLE:
+            raise UsageError(f"--plant: {item!r} is not AGENT:FAULT with AGENT one of {', '.join(rpc_agents.AGENTS)} "
+                             f"and FAULT one of {', '.join(PLANTABLE)}")
+        args.planted[agent] = fault
     args.baseline_data = load_baseline(args.baseline) if args.baseline else None
 
 
@@ -248,11 +256,15 @@ class RpcBench:
         self.unavailable: list[dict] = []
         self._init_dir = tempfile.mkdtemp(prefix="distconform-rpc-stress-")
         self._starts = 0
+        self._started: dict[int, set] = {}  # id(world) -> agents started in its processes
 
     # -------------------------------------------------------------- errors
     def _error(self, key: dict, stage: str, exc: BaseException, skipped=()) -> None:
         text = str(exc) or repr(exc)
-        first = text.splitlines()[0] if text else type(exc).__name__
+        lines = [line for line in text.splitlines() if line.strip()]
+        first = lines[0] if lines else type(exc).__name__
+        if first.endswith(":") and len(lines) > 1:  # "measure raised on ranks [...]:" + the first rank's error
+            first += " " + lines[1].strip()
         entry = dict(key, stage=stage, error=f"{type(exc).__name__}: {first}", detail=text[:50000])
         if skipped:
             entry["not_run"] = [f"{b} {m}{' profiled' if p else ''}" for b, m, p in skipped]
@@ -312,9 +324,15 @@ class RpcBench:
 
         try:
             world = slot.get()
+            started_here = self._started.setdefault(id(world), set())
+            if key["agent"] in started_here and rpc_agents.get(key["agent"]).one_start_per_process:
+                world.kill()  # a second start in these processes would not be a clean agent (rpc_agents.py)
+                world = slot.get()
+                started_here = self._started.setdefault(id(world), set())
         except Exception as exc:
             self._error(key, "world start", exc, remaining)
             return False
+        started_here.add(key["agent"])
         self._starts += 1
         init_file = os.path.join(self._init_dir, f"init-{self._starts}")
         try:
@@ -352,7 +370,7 @@ class RpcBench:
                     return  # an agent that cannot start is one error, not one per measurement
                 running = True
             calls = args.calls if benchmark == "light" else args.heavy_calls
-            udf = "stall" if args.stall == agent and benchmark == "light" else None
+            udf = args.planted.get(agent) if benchmark == "light" else None
             started = time.monotonic()
             try:
                 results = slot.world.run(rpc_bench.measure, agent, benchmark, mode, calls=calls, warmup=args.warmup,
@@ -560,7 +578,7 @@ def _config(args) -> dict:
             "heavy_calls": args.heavy_calls, "warmup": args.warmup, "profile": args.profile,
             "deadline": args.deadline, "rpc_timeout": args.rpc_timeout,
             "num_worker_threads": args.num_worker_threads, "backend_plugins": args.backend_plugin,
-            "stall": args.stall}
+            "planted": args.planted}
 
 
 def write_baseline(path: str, args, records: list[dict], host: dict) -> None:

@@ -4,11 +4,12 @@
 (torch/testing/_internal/distributed/rpc/rpc_test.py: ``light_rpc`` and
 ``heavy_rpc``): both return 0, which the benchmark checks for every call.
 
-``stall`` is a test hook: an agent whose calls never come back, so the tests
-can check that a hung agent becomes an error row and not a stuck run. It waits
-on an event instead of sleeping, so stopping the agent (rpc_bench.stop) can
-release the worker threads it holds; otherwise a graceful or even an
-ungraceful shutdown would wait for them.
+``stall`` and ``wrong`` are test hooks (``--plant AGENT:stall|wrong``): an agent
+whose calls never come back, and one whose answers are wrong, so the tests can
+check that a hung agent becomes an error row and not a stuck run, and that
+wrong answers are counted. ``stall`` waits on an event instead of sleeping, so
+stopping the agent (rpc_bench.stop) can release the worker threads it holds;
+otherwise a graceful or even an ungraceful shutdown would wait for them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def stall(seconds: float = 3600.0) -> int:
     return 0
 
 
+def wrong() -> int:
+    """What a broken agent might deliver: an answer other than light()'s 0."""
+    return 1
+
+
 def release_stalls() -> None:
     """Let every stalled call in this process finish (called before an agent is stopped)."""
     _release.set()
@@ -45,4 +51,4 @@ def arm_stalls() -> None:
     _release.clear()
 
 
-UDFS = {"light": light, "heavy": heavy, "stall": stall}
+UDFS = {"light": light, "heavy": heavy, "stall": stall, "wrong": wrong}

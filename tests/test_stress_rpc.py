@@ -1,0 +1,269 @@
+"""The RPC stress benchmark (suites/stress/rpc.py): its records, regression check and
+headline arithmetic, and the CLI end to end on TensorPipe (tiny call counts, in a
+subprocess, as a user runs it).
+
+Benchmark figures are never asserted (this machine's timings are noise): only
+the fields, the arithmetic, the exit status, and what happens to a hung agent,
+a wrong answer, a regressed figure and bad options.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from suites.stress import rpc as rpc_stress
+from suites.stress.rpc import TARGETS, check_regressions, headline, load_baseline, make_record, parse_args
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASELINE = os.path.join(REPO_ROOT, "suites", "stress", "baselines", "rpc.json")
+CLI_TIMEOUT_S = 120
+REQUIRED = ("agent", "backend", "world_size", "benchmark", "mode", "profiled", "calls", "rpcs_per_s", "p50_us",
+            "p99_us", "seconds", "wrong")
+TINY = ("--calls", "40", "--heavy-calls", "4", "--warmup", "3")
+
+
+# ------------------------------------------------------------------ records
+def _result(rank, seconds, samples_us=None, wrong=0):
+    samples = None if samples_us is None else [int(us * 1000) for us in samples_us]
+    return {"rank": rank, "seconds": seconds, "calls": 4, "warmup": 2, "samples_ns": samples, "wrong": wrong,
+            "profile": None}
+
+
+def _key(agent="tensorpipe", benchmark="light", mode="sync", profiled=False, backend="gloo"):
+    return {"agent": agent, "backend": backend, "world_size": 2, "benchmark": benchmark, "mode": mode,
+            "profiled": profiled}
+
+
+def test_record_takes_the_slowest_rank():
+    """rpcs_per_s is calls over the slowest rank's time; p50/p99 the worst rank's percentiles."""
+    results = [_result(0, 0.002, [10, 20, 30, 400], wrong=1), _result(1, 0.004, [50, 60, 70, 80])]
+    r = make_record(_key(), 4, results)
+    assert r["seconds"] == 0.004 and r["rpcs_per_s"] == pytest.approx(1000.0)
+    assert r["per_rank_rpcs_per_s"] == pytest.approx([2000.0, 1000.0])
+    assert r["p50_us"] == pytest.approx(60.0)  # rank 1's p50 (nearest rank: 2nd of 4)
+    assert r["p99_us"] == pytest.approx(400.0)  # rank 0's p99
+    assert r["per_rank_p50_us"] == pytest.approx([20.0, 60.0])
+    assert r["wrong"] == 1
+    burst = make_record(_key(mode="async"), 4, [_result(0, 0.001), _result(1, 0.002)])
+    assert burst["p50_us"] is None and burst["p99_us"] is None and burst["rpcs_per_s"] == pytest.approx(2000.0)
+    for field in REQUIRED:
+        assert field in r and field in burst
+
+
+def _records(rpcs=1000.0, p50=100.0):
+    return [dict(_key(), calls=1000, rpcs_per_s=rpcs, p50_us=p50, p99_us=2 * p50, seconds=1000 / rpcs),
+            dict(_key(mode="async"), calls=1000, rpcs_per_s=rpcs, p50_us=None, p99_us=None, seconds=1000 / rpcs)]
+
+
+def test_equal_figures_do_not_regress():
+    regressions, missing = check_regressions(_records(), {"records": _records()}, 0.0)
+    assert regressions == [] and missing == []
+
+
+@pytest.mark.parametrize("rpcs, p50, metrics", [
+    (700.0, 100.0, {"rpcs_per_s"}),  # 30% fewer RPCs/s
+    (1000.0, 130.0, {"p50_us"}),  # p50 30% higher
+    (850.0, 100.0, set()),  # 15%: within 20%
+    (1000.0, 119.0, set()),
+])
+def test_regression_is_more_than_max_percent_worse(rpcs, p50, metrics):
+    regressions, _ = check_regressions(_records(rpcs, p50), {"records": _records()}, 20.0)
+    assert {g["metric"] for g in regressions} == metrics
+    for g in regressions:
+        assert g["agent"] == "tensorpipe" and g["max_regression_pct"] == 20.0
+
+
+def test_records_missing_from_the_baseline_are_listed_not_failed():
+    baseline = {"records": _records()[:1]}
+    other_calls = copy.deepcopy(_records())
+    other_calls[0]["calls"] = 50
+    regressions, missing = check_regressions(other_calls, baseline, 20.0)
+    assert regressions == []
+    assert [m["why"] for m in missing] == ["baseline has 1000 calls, this run 50", "not in the baseline"]
+
+
+def test_headline_targets():
+    """Relative targets use x_tensorpipe, absolute ones the figure; the worst world counts."""
+    args = parse_args(["--agent", "tensorpipe,reference-tp,reference-pg"])
+    records = []
+    for agent, rpcs, p50 in (("tensorpipe", 1000.0, 200.0), ("reference-tp", 2000.0, 50.0),
+                             ("reference-pg", 400.0, 300.0)):
+        for mode in ("async", "sync"):
+            records.append(dict(_key(agent, mode=mode), calls=1000, rpcs_per_s=rpcs,
+                                p50_us=p50 if mode == "sync" else None, seconds=1.0))
+    rpc_stress.add_ratios(records)
+    status = {h["target"]: (h["status"], h["value"]) for h in headline(records, args, [])}
+    assert len(status) == len(TARGETS)
+    assert status["reference-tp light async rpcs_per_s >= 1.5x tensorpipe"] == ("PASS", pytest.approx(2.0))
+    assert status["reference-tp light sync p50_us <= 60 us"] == ("PASS", pytest.approx(50.0))
+    assert status["reference-pg over gloo light sync rpcs_per_s >= 0.5x tensorpipe"] == ("MISS", pytest.approx(0.4))
+    only_tp = headline([r for r in records if r["agent"] == "tensorpipe"], args,
+                       [{"agent": "reference-tp", "reason": "not built"}])
+    assert only_tp[0]["status"] == "NOT MEASURED" and "reference-tp unavailable: not built" in only_tp[0]["why"]
+
+
+def test_stored_baseline_is_loadable_and_says_how_it_was_made():
+    data = load_baseline(BASELINE)
+    assert data["command"].startswith("python -m suites.stress.rpc")
+    assert data["host"]["cpus"] and "load_average" in data["host"]
+    keys = {(r["agent"], r["benchmark"], r["mode"], r["profiled"]) for r in data["records"]}
+    for benchmark in ("light", "heavy"):
+        for mode in ("async", "sync"):
+            assert ("tensorpipe", benchmark, mode, False) in keys
+    for r in data["records"]:
+        for field in REQUIRED:
+            assert field in r
+
+
+# ------------------------------------------------------------------ CLI
+def run_cli(tmp_path, *args: str, name: str = "report", timeout: float = CLI_TIMEOUT_S):
+    report_dir = tmp_path / name
+    cmd = [sys.executable, "-m", "suites.stress.rpc", "--report-dir", str(report_dir), *args]
+    env = {k: v for k, v in os.environ.items() if k != "DISTCONFORM_SESSION"}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    path = report_dir / "stress.json"
+    report = json.loads(path.read_text()) if path.exists() else None
+    return proc, report
+
+
+def _why(proc) -> str:
+    return proc.stdout[-4000:] + proc.stderr[-3000:]
+
+
+def _easy_baseline() -> dict:
+    """Every record of the profiled run below, 1000x slower than any machine: nothing can regress."""
+    records = []
+    for benchmark, mode, profiled in rpc_stress.plan(parse_args(["--profile"])):
+        key = dict(_key(benchmark=benchmark, mode=mode, profiled=profiled))
+        records.append(dict(key, calls=40 if benchmark == "light" else 4, rpcs_per_s=0.01,
+                            p50_us=1e9 if mode == "sync" else None))
+    return {"records": records}
+
+
+@pytest.fixture(scope="module")
+def profiled_run(tmp_path_factory):
+    """One CLI run on TensorPipe with --profile, --write-baseline and an easily met --baseline,
+    shared by the tests below (every CLI run costs seconds of torch imports)."""
+    tmp_path = tmp_path_factory.mktemp("rpc_stress")
+    written = tmp_path / "written.json"
+    easy = tmp_path / "easy.json"
+    easy.write_text(json.dumps(_easy_baseline()))
+    proc, report = run_cli(tmp_path, "--agent", "tensorpipe", "--world-size", "2", "--profile", *TINY,
+                           "--baseline", str(easy), "--max-regression", "0", "--write-baseline", str(written))
+    return proc, report, written
+
+
+def test_cli_writes_every_record_with_the_required_fields(profiled_run):
+    proc, report, _ = profiled_run
+    assert proc.returncode == 0, _why(proc)
+    records = report["records"]
+    got = {(r["benchmark"], r["mode"], r["profiled"]) for r in records}
+    assert got == {("light", "async", False), ("light", "sync", False), ("light", "async", True),
+                   ("light", "sync", True), ("heavy", "async", False), ("heavy", "sync", False)}
+    for r in records:
+        for field in REQUIRED:
+            assert field in r, field
+        assert (r["agent"], r["backend"], r["world_size"], r["wrong"]) == ("tensorpipe", "gloo", 2, 0)
+        assert r["calls"] == (40 if r["benchmark"] == "light" else 4)
+        assert r["rpcs_per_s"] == pytest.approx(r["calls"] / r["seconds"])
+        assert r["x_tensorpipe"] == pytest.approx(1.0)
+        if r["mode"] == "sync":
+            assert 0 < r["p50_us"] <= r["p99_us"]
+        else:
+            assert r["p50_us"] is None
+    assert report["errors"] == [] and report["exit_status"] == 0
+    assert [h["status"] for h in report["headline"]] == ["NOT MEASURED"] * len(TARGETS)
+    assert "needs --agent tensorpipe,reference-tp" in proc.stdout  # says why, invents nothing
+    assert "# light RPC, async" in proc.stdout and "x_tensorpipe" in proc.stdout
+
+
+def test_cli_profile_reports_overhead_next_to_the_unprofiled_run(profiled_run):
+    proc, report, _ = profiled_run
+    assert proc.returncode == 0, _why(proc)
+    by_key = {(r["mode"], r["profiled"]): r for r in report["records"] if r["benchmark"] == "light"}
+    for mode in ("async", "sync"):
+        profiled, plain = by_key[(mode, True)], by_key[(mode, False)]
+        assert profiled["overhead"] == pytest.approx(profiled["seconds"] / plain["seconds"])
+        assert profiled["profile"]["events"] > 0  # the profiler really was on
+    assert by_key[("sync", True)]["profile"]["rpc_records"] == 2 * 40  # one record per timed call per rank
+    assert "profiler_legacy" in proc.stdout and "overhead" in proc.stdout
+
+
+def test_cli_passes_a_baseline_it_meets_and_writes_one_equal_to_its_report(profiled_run):
+    proc, report, written = profiled_run
+    assert proc.returncode == 0, _why(proc)
+    assert report["regressions"] == [] and report["not_in_baseline"] == []
+    assert "no regressions" in proc.stdout
+    data = load_baseline(str(written))
+    assert data["command"].startswith("python -m suites.stress.rpc --report-dir")
+    assert data["host"]["cpus"] and data["records"] == report["records"]
+    assert check_regressions(report["records"], data, 0.0) == ([], [])  # an equal baseline passes
+
+
+def test_cli_fails_on_a_regressed_figure(profiled_run, tmp_path):
+    """Against a baseline 100x better (RPCs/s and p50) the run lists every regression and exits 1."""
+    _, _, written = profiled_run
+    fast = json.loads(written.read_text())
+    for r in fast["records"]:
+        r["rpcs_per_s"] *= 100
+        r["p50_us"] = r["p50_us"] / 100 if r["p50_us"] else r["p50_us"]
+    (tmp_path / "fast.json").write_text(json.dumps(fast))
+    proc, report = run_cli(tmp_path, "--agent", "tensorpipe", "--world-size", "2", "--benchmarks", "light", *TINY,
+                           "--baseline", str(tmp_path / "fast.json"), "--max-regression", "50")
+    assert proc.returncode == 1, _why(proc)
+    assert {(g["mode"], g["metric"]) for g in report["regressions"]} == {
+        ("async", "rpcs_per_s"), ("sync", "rpcs_per_s"), ("sync", "p50_us")}
+    assert "REGRESSED tensorpipe gloo ws2 light sync: rpcs_per_s" in proc.stdout
+    assert report["errors"] == [] and report["exit_status"] == 1
+
+
+def test_cli_hung_agent_is_an_error_row_and_the_run_goes_on(tmp_path):
+    proc, report = run_cli(tmp_path, "--agent", "tensorpipe", "--world-size", "2", "--modes", "sync", *TINY,
+                           "--plant", "tensorpipe:stall", "--deadline", "3", timeout=90)
+    assert proc.returncode == 1, _why(proc)
+    [error] = report["errors"]
+    assert (error["agent"], error["benchmark"], error["mode"], error["stage"]) == ("tensorpipe", "light", "sync",
+                                                                                  "measure")
+    assert error["error"].startswith("DeadlineExceeded")
+    assert "rpc_udfs.py" in error["detail"] and "in stall" in error["detail"]  # the callee's stack
+    # a fresh world and agent measured the next benchmark
+    assert [(r["benchmark"], r["mode"]) for r in report["records"]] == [("heavy", "sync")]
+    assert "ERROR (measure): DeadlineExceeded" in proc.stdout
+
+
+def test_cli_counts_wrong_answers(tmp_path):
+    proc, report = run_cli(tmp_path, "--agent", "tensorpipe", "--world-size", "2", "--benchmarks", "light",
+                           "--modes", "async", *TINY, "--plant", "tensorpipe:wrong")
+    assert proc.returncode == 1, _why(proc)
+    [record] = report["records"]
+    assert record["wrong"] == 2 * (40 + 3) and report["wrong_total"] == record["wrong"]
+    assert "WRONG: tensorpipe gloo ws2 light async" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--agent", "tensorpipe,grpc"), "--agent: unknown 'grpc'; known: tensorpipe, reference-pg, reference-tp"),
+    (("--modes", "burst"), "--modes: unknown 'burst'; known: async, sync"),
+    (("--world-size", "1"), "--world-size: need world sizes >= 2"),
+    (("--plant", "tensorpipe:crash"), "--plant: 'tensorpipe:crash' is not AGENT:FAULT"),
+    (("--baseline", "/nonexistent/rpc.json"), "--baseline: cannot read /nonexistent/rpc.json"),
+])
+def test_usage_errors_exit_2_with_a_clear_message(tmp_path, args, message):
+    proc, report = run_cli(tmp_path, *args, timeout=60)
+    assert proc.returncode == 2, _why(proc)
+    assert message in proc.stderr
+    assert report is None
+
+
+def test_unknown_backend_and_bad_baseline_are_usage_errors(tmp_path):
+    proc, _ = run_cli(tmp_path, "--backend", "no_such_backend", timeout=60)
+    assert proc.returncode == 2 and "unknown backend 'no_such_backend'" in proc.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"records": [{"agent": "tensorpipe"}]}))
+    proc, _ = run_cli(tmp_path, "--baseline", str(bad), timeout=60)
+    assert proc.returncode == 2 and "a record lacks backend" in proc.stderr
