@@ -11,6 +11,7 @@ injection fails and delays exactly what torch's faulty agent does.
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import threading
 import time
@@ -25,6 +26,7 @@ from backends.reference.rpc.transport import Frame, Kind, Transport, TransportEr
 from backends.registry import BackendRegistry
 from backends.rpc_agents import FAULTABLE_KINDS, Faults
 from fixtures.pool import WorldPool
+from tests.rpc_cases import peer_loss
 from tests.rpc_cases import transport_fns as fns
 
 pytestmark = pytest.mark.timeout(120)
@@ -133,6 +135,37 @@ def test_faulty_delay_holds_one_kind_without_blocking_sender_or_others(tworld):
         assert result["order"] == ["SCRIPT_CALL", "PYTHON_CALL"]
         assert result["arrived_at"]["PYTHON_CALL"] - sender["sent_at"] >= delay
         assert result["delayed_sends"] == 1
+
+
+# --------------------------------------------------------------- a peer that dies
+@pytest.mark.parametrize("backend", ["gloo", "reference"])
+def test_dead_peer_is_named_and_shutdown_stays_bounded(backend, tmp_path):
+    """When a peer process dies, a send to it raises TransportError naming it, on_peer_lost names it,
+    and the survivors' shutdown returns in bounded time (a listener left blocked is reported, not awaited)."""
+    ctx = multiprocessing.get_context("fork")  # torch is imported here already: a fork costs milliseconds
+    ws = 3
+    pipes, procs = [], []
+    for rank in range(ws):
+        receiver, sender = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=peer_loss.survivor_view, args=(backend, rank, ws, str(tmp_path / "store"), sender),
+                           daemon=True)
+        proc.start()
+        sender.close()
+        pipes.append(receiver)
+        procs.append(proc)
+    try:
+        views = [pipes[r].recv() if pipes[r].poll(60) else {"error": "no report within 60 s"} for r in range(ws - 1)]
+    finally:
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+    assert procs[-1].exitcode == 3
+    for rank, view in enumerate(views):
+        assert "error" not in view, view.get("error")
+        assert view["send_error"].startswith("reference-pg: cannot send to rank 2: "), view
+        assert 2 in view["lost"] and any("rank 2" in reason for reason in view["reasons"])
+        assert view["shutdown_s"] < 3.0, view
 
 
 # --------------------------------------------------------------- in one process

@@ -50,6 +50,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -64,7 +65,8 @@ META_LEN = 8
 META_TAG = 7001
 BODY_TAG = 7002
 STOP_KIND = -1  # transport control frame: "no more frames from me to you"
-SHUTDOWN_JOIN_S = 10.0
+SHUTDOWN_JOIN_S = 10.0  # bound of a shutdown whose peers do not answer
+LAST_STOP_GRACE_S = 0.5  # the listener's last steps after the last STOP arrived
 START_TIMEOUT_S = 60.0
 # The listener waits for its next frame for as long as the agent lives: an idle agent is
 # not an error. c10d has one timeout per group, so the group gets a very long one
@@ -179,6 +181,7 @@ def check_backend_carries_cpu(backend: str) -> None:
 # --------------------------------------------------------------- transport
 class PgTransport(Transport):
     name = "reference-pg"
+    shutdown_join_s = SHUTDOWN_JOIN_S
 
     def __init__(self) -> None:
         self._group = None
@@ -280,7 +283,7 @@ class PgTransport(Transport):
         except Exception as exc:
             reason = f"sending a frame to rank {dst} over {dist.get_backend(self._group)} failed: {exc}"
             self._lose(dst, reason)
-            raise TransportError(f"reference-pg: {reason}") from exc
+            raise TransportError(f"reference-pg: cannot send to rank {dst}: {reason}") from exc
         del keep  # the tensors were referenced until every send completed
 
     def _lose(self, peer: int, reason: str) -> None:
@@ -377,8 +380,9 @@ class PgTransport(Transport):
             self._stop_works.append((dst, works, keep))
 
     def _all_peers_done(self) -> bool:
+        """Every peer either closed its stream (STOP) or is lost: nothing more can come."""
         with self._state:
-            return self._stop_received.issuperset(self._peers())
+            return self._stop_received.union(self._closed_reason).issuperset(self._peers())
 
     def _listener_failed(self, reason: str) -> None:
         """The only receiver is gone: no response from any peer can arrive, so every peer is lost."""
@@ -403,16 +407,25 @@ class PgTransport(Transport):
         for peer in self._peers():
             self._post_stop(peer)
         problems = []
-        self._listener.join(SHUTDOWN_JOIN_S)
+        # The listener exits on the last STOP. Once every peer is accounted for, a listener
+        # still blocked waits for a peer that was lost (dead: c10d fails a receive from
+        # any source for nobody), and no frame will ever wake it: do not wait out the bound.
+        deadline = time.monotonic() + self.shutdown_join_s
+        while self._listener.is_alive() and time.monotonic() < deadline:
+            if self._all_peers_done():
+                self._listener.join(LAST_STOP_GRACE_S)
+                break
+            self._listener.join(0.05)
         if self._listener.is_alive():
             with self._state:
                 waiting = sorted(set(self._peers()) - self._stop_received)
-            problems.append(f"its listener still waits for STOP from ranks {waiting}")
+                lost = {peer: self._closed_reason[peer] for peer in waiting if peer in self._closed_reason}
+            problems.append(f"its listener stays blocked in a receive from any source: no STOP from ranks "
+                            f"{waiting}" + (f" (lost: {lost})" if lost else ""))
         with self._state:
             stop_works = list(self._stop_works)
-        if not _wait_all([w for _, works, _ in stop_works for w in works], SHUTDOWN_JOIN_S):
-            problems.append("STOP frames to some peers were not taken within "
-                            f"{SHUTDOWN_JOIN_S:.0f} s")
+        if not _wait_all([w for _, works, _ in stop_works for w in works], max(0.0, deadline - time.monotonic())):
+            problems.append(f"STOP frames to some peers were not taken within {self.shutdown_join_s:g} s")
         self._dropping = True
         if problems:
             # The group stays as it is: destroying it under a pending receive is undefined
