@@ -137,6 +137,44 @@ def test_faulty_delay_holds_one_kind_without_blocking_sender_or_others(tworld):
         assert result["delayed_sends"] == 1
 
 
+# --------------------------------------------------------------- through the agent
+def test_rpc_sync_async_remote_over_reference_pg(tworld):
+    """rpc_sync, rpc_async and remote().to_here() through the reference agent over reference-pg return
+    the callee's results (strided, bfloat16, complex tensors included) and carry a remote error back."""
+    results = tworld.run(fns.end_to_end)
+    ws = tworld.world_size
+    for rank, result in enumerate(results):
+        assert result["sync"] == [[v + rank for v in row] for row in [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]]
+        assert result["async"] == [[10.0, 13.0], [11.0, 14.0], [12.0, 15.0]]
+        assert result["remote"] == [2.0, 2.0]
+        assert result["self"] == (rank, "me")
+        assert result["where"] == ((rank + 1) % ws, [1 + 2j])
+        assert result["error"].startswith("TypeError") and "can only concatenate str" in result["error"]
+
+
+def test_many_concurrent_async_rpcs_all_complete(tworld):
+    """Every rank keeps 100 rpc_async calls to every rank (itself included) in flight at once; all complete
+    with the right values."""
+    if tworld.world_size != 4:
+        pytest.skip("the concurrency clause is about 4 ranks")
+    per_peer = 100
+    results = tworld.run(fns.many_async, per_peer)
+    for result in results:
+        assert result["calls"] == per_peer * tworld.world_size and result["wrong"] == []
+
+
+def test_faulty_reference_pg_fails_like_torchs_faulty_agent(tworld):
+    """Through the agent: with PYTHON_CALL failing twice per message, two identical rpc_syncs fail with
+    torch's 'Send attempt failed intentionally' and the third succeeds; a delayed remote call completes late."""
+    if tworld.world_size != 2:
+        pytest.skip("fault injection does not depend on the world size: ws2 covers it")
+    results = tworld.run(fns.faulty_end_to_end)
+    for result in results:
+        assert all("Send attempt failed intentionally for PYTHON_CALL" in c for c in result["calls"][:2])
+        assert result["calls"][2] == [2.0]
+        assert result["remote"] == [3.0] and result["remote_s"] >= 0.2
+
+
 # --------------------------------------------------------------- a peer that dies
 @pytest.mark.parametrize("backend", ["gloo", "reference"])
 def test_dead_peer_is_named_and_shutdown_stays_bounded(backend, tmp_path):

@@ -301,3 +301,85 @@ def faulty_delay(delay: float) -> dict:
     # arrival relative to our own send: ranks share the machine's monotonic clock
     return {"send_returned": send_returned, "order": [name for name, _ in arrivals],
             "sent_at": sent_at, "arrived_at": dict(arrivals), "delayed_sends": transport.delayed_sends}
+
+
+# ------------------------------------------------------------- end to end
+def _start_agent(agent: str, faults: Faults | None = None, rpc_timeout: float = 20.0):
+    from backends import rpc_agents
+
+    return rpc_agents.start_agent(agent, rank=ctx.rank, world_size=ctx.world_size, store=ctx.store,
+                                  init_file="", rpc_timeout=rpc_timeout, faults=faults)
+
+
+def _worker(rank: int) -> str:
+    from backends.rpc_agents import worker_name
+
+    return worker_name(rank % ctx.world_size)
+
+
+def add_on(tensor: torch.Tensor, value) -> torch.Tensor:
+    """A UDF that runs on the callee: returns tensor + value and says where it ran."""
+    return tensor + value
+
+
+def rank_and_payload(payload):
+    return ctx.rank, payload
+
+
+def end_to_end(agent: str = "reference-pg") -> dict:
+    """rpc_sync, rpc_async and remote to the next rank (and to self) through the reference agent."""
+    rpc = _start_agent(agent)
+    try:
+        nxt = _worker(ctx.rank + 1)
+        t = torch.arange(6.0).reshape(2, 3)
+        out = {
+            "sync": rpc.rpc_sync(nxt, torch.add, args=(t, ctx.rank)).tolist(),
+            "async": rpc.rpc_async(nxt, add_on, args=(t.t(), 10)).wait().tolist(),
+            "remote": rpc.remote(nxt, add_on, args=(torch.ones(2, dtype=torch.bfloat16), 1)).to_here().tolist(),
+            "self": rpc.rpc_sync(_worker(ctx.rank), rank_and_payload, args=("me",)),
+            "where": rpc.rpc_sync(nxt, rank_and_payload, args=({"nested": [torch.tensor([1 + 2j])]},)),
+        }
+        out["where"] = (out["where"][0], out["where"][1]["nested"][0].tolist())
+        try:
+            rpc.rpc_sync(nxt, add_on, args=("not a tensor", 1))
+            out["error"] = None
+        except Exception as exc:
+            out["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        rpc.shutdown()
+    return out
+
+
+def many_async(per_peer: int, agent: str = "reference-pg") -> dict:
+    """``per_peer`` rpc_async calls from this rank to every rank (itself included), all in flight at once."""
+    rpc = _start_agent(agent)
+    start = time.monotonic()
+    try:
+        futures = [(dst, i, rpc.rpc_async(_worker(dst), add_on, args=(torch.full((4,), float(i)), ctx.rank)))
+                   for i in range(per_peer) for dst in range(ctx.world_size)]
+        wrong = [(dst, i) for dst, i, fut in futures if fut.wait().tolist() != [float(i + ctx.rank)] * 4]
+        elapsed = time.monotonic() - start
+    finally:
+        rpc.shutdown()
+    return {"calls": len(futures), "wrong": wrong, "elapsed": elapsed}
+
+
+def faulty_end_to_end(agent: str = "reference-pg") -> dict:
+    """With PYTHON_CALL failing twice per message, the first two identical rpc_syncs fail with torch's text
+    and the third succeeds; a delayed PYTHON_REMOTE_CALL still completes."""
+    faults = Faults(fail=("PYTHON_CALL",), num_fail_sends=2, delay={"PYTHON_REMOTE_CALL": 0.2})
+    rpc = _start_agent(agent, faults=faults)
+    out = []
+    try:
+        nxt = _worker(ctx.rank + 1)
+        for _ in range(3):
+            try:
+                out.append(rpc.rpc_sync(nxt, add_on, args=(torch.ones(1), 1)).tolist())
+            except Exception as exc:
+                out.append(str(exc))
+        start = time.monotonic()
+        remote = rpc.remote(nxt, add_on, args=(torch.ones(1), 2)).to_here().tolist()
+        remote_s = time.monotonic() - start
+    finally:
+        rpc.shutdown()
+    return {"calls": out, "remote": remote, "remote_s": remote_s}

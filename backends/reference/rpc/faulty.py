@@ -57,6 +57,8 @@ class FaultyTransport(Transport):
     def __init__(self, inner: Transport, faults: Faults):
         self.inner = inner
         self.name = f"faulty-{inner.name}"
+        # the agent may run requests on the inner transport's reader threads; faults change nothing there
+        self.runs_inline = bool(getattr(inner, "runs_inline", False))
         if not isinstance(faults.num_fail_sends, int) or faults.num_fail_sends < 0:
             raise ValueError(f"num_fail_sends must be a non-negative int, got {faults.num_fail_sends!r}")
         self.num_fail_sends = faults.num_fail_sends
