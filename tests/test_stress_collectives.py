@@ -133,14 +133,19 @@ def test_fill_sums_stay_exact():
 
 
 # ------------------------------------------------------------------ CLI
-def run_cli(tmp_path, *args: str, timeout: float = CLI_TIMEOUT_S):
-    report_dir = tmp_path / "report"
-    cmd = [sys.executable, "-m", "suites.stress.collectives", "--report-dir", str(report_dir), *args]
+def run_benchmark(module: str, report_name: str, report_dir, *args: str, timeout: float = CLI_TIMEOUT_S):
+    """Run ``python -m module --report-dir report_dir args`` as a user would: (process, report JSON or None).
+    Also used by tests/test_stress_rpc.py."""
+    cmd = [sys.executable, "-m", module, "--report-dir", str(report_dir), *args]
     env = {k: v for k, v in os.environ.items() if k != "DISTCONFORM_SESSION"}
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    path = report_dir / "collectives.json"
+    path = report_dir / report_name
     report = json.loads(path.read_text()) if path.exists() else None
     return proc, report
+
+
+def run_cli(tmp_path, *args: str, timeout: float = CLI_TIMEOUT_S):
+    return run_benchmark("suites.stress.collectives", "collectives.json", tmp_path / "report", *args, timeout=timeout)
 
 
 def _nccl_unavailable() -> bool:

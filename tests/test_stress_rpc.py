@@ -12,13 +12,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from suites.stress import rpc as rpc_stress
 from suites.stress.rpc import TARGETS, check_regressions, headline, load_baseline, make_record, parse_args
+from tests.test_stress_collectives import run_benchmark
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINE = os.path.join(REPO_ROOT, "suites", "stress", "baselines", "rpc.json")
@@ -122,14 +121,8 @@ def test_stored_baseline_is_loadable_and_says_how_it_was_made():
 
 
 # ------------------------------------------------------------------ CLI
-def run_cli(tmp_path, *args: str, name: str = "report", timeout: float = CLI_TIMEOUT_S):
-    report_dir = tmp_path / name
-    cmd = [sys.executable, "-m", "suites.stress.rpc", "--report-dir", str(report_dir), *args]
-    env = {k: v for k, v in os.environ.items() if k != "DISTCONFORM_SESSION"}
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    path = report_dir / "stress.json"
-    report = json.loads(path.read_text()) if path.exists() else None
-    return proc, report
+def run_cli(tmp_path, *args: str, timeout: float = CLI_TIMEOUT_S):
+    return run_benchmark("suites.stress.rpc", "stress.json", tmp_path / "report", *args, timeout=timeout)
 
 
 def _why(proc) -> str:
