@@ -55,6 +55,15 @@ def test_record_takes_the_slowest_rank():
         assert field in r and field in burst
 
 
+def test_best_of_repeats_is_the_fastest_run_and_counts_every_wrong_answer():
+    runs = [[_result(0, 0.004, [10, 20, 30, 40]), _result(1, 0.003, [10, 20, 30, 40], wrong=2)],
+            [_result(0, 0.002, [90, 90, 90, 90]), _result(1, 0.001, [5, 5, 5, 5], wrong=1)]]
+    r = rpc_stress.best_of(_key(), 4, runs)
+    assert r["seconds"] == 0.002 and r["p50_us"] == pytest.approx(90.0)  # the fastest run, all its figures
+    assert [x["seconds"] for x in r["repeats"]] == [0.004, 0.002]
+    assert r["wrong"] == 3
+
+
 def _records(rpcs=1000.0, p50=100.0):
     return [dict(_key(), calls=1000, rpcs_per_s=rpcs, p50_us=p50, p99_us=2 * p50, seconds=1000 / rpcs),
             dict(_key(mode="async"), calls=1000, rpcs_per_s=rpcs, p50_us=None, p99_us=None, seconds=1000 / rpcs)]
@@ -232,10 +241,11 @@ def test_cli_hung_agent_is_an_error_row_and_the_run_goes_on(tmp_path):
 
 def test_cli_counts_wrong_answers(tmp_path):
     proc, report = run_cli(tmp_path, "--agent", "tensorpipe", "--world-size", "2", "--benchmarks", "light",
-                           "--modes", "async", *TINY, "--plant", "tensorpipe:wrong")
+                           "--modes", "async", *TINY, "--plant", "tensorpipe:wrong", "--repeat", "2")
     assert proc.returncode == 1, _why(proc)
     [record] = report["records"]
-    assert record["wrong"] == 2 * (40 + 3) and report["wrong_total"] == record["wrong"]
+    assert len(record["repeats"]) == 2
+    assert record["wrong"] == 2 * 2 * (40 + 3) and report["wrong_total"] == record["wrong"]
     assert "WRONG: tensorpipe gloo ws2 light async" in proc.stdout
 
 
