@@ -60,6 +60,7 @@ _warned_kineto = []
 # How long ending a profile waits for callbacks still running under a capture
 # (a callback that blocks longer loses its events rather than hanging the user).
 CAPTURE_WAIT_S = 10.0
+UNKNOWN_NODE = -2  # placeholder in synthetic records (torch's own ids are >= -1)
 
 
 class ProfilingError(RuntimeError):
@@ -68,7 +69,10 @@ class ProfilingError(RuntimeError):
 
 # ------------------------------------------------------------------ pieces
 def set_node_id(rank: int) -> None:
-    """Called by init_rpc: the profiler tags every event of this process with ``rank``, as torch does."""
+    """For init_rpc: the profiler tags every event of this process with ``rank``, as torch does.
+
+    (The agent core may call torch's _set_profiler_node_id itself: sessions
+    read the node id back from the records torch stamps.)"""
     torch._C._distributed_rpc._set_profiler_node_id(int(rank))
     _node["id"] = int(rank)
 
@@ -94,9 +98,9 @@ def function_name(func) -> str:
     return func.__qualname__
 
 
-def rpc_profiling_key(mode: str, func_name: str, src_name: str, dst_name: str) -> str:
-    """torch.distributed.rpc.internal._build_rpc_profiling_key."""
-    return f"rpc_{mode}#{func_name}({src_name} -> {dst_name})"
+def rpc_profiling_key(mode, func_name: str, src_name: str, dst_name: str) -> str:
+    """torch.distributed.rpc.internal._build_rpc_profiling_key (mode: "sync" or an RPCExecMode)."""
+    return f"rpc_{getattr(mode, 'value', mode)}#{func_name}({src_name} -> {dst_name})"
 
 
 def remote_record(record: dict, prefix: str) -> dict:
@@ -132,6 +136,7 @@ class Session:
         self._cond = threading.Condition()
         self._lists: list[list[dict]] = []
         self._legacy_thread: dict[int, int] = {}  # Python thread ident -> the profiler's thread id
+        self._node_id = None  # the node id torch stamped on this session's own records
         self._pending = 0  # captures in progress
         self._when_idle: list = []
         self._closed = False
@@ -157,10 +162,12 @@ class Session:
                 if r["name"] == profiling_records.START_MARK:
                     with self._cond:
                         self._legacy_thread.setdefault(ident, r["thread"])
+                        self._node_id = r["node_id"]
         self.add(lists)
 
     def add_range(self, name: str, start_us: float, end_us: float, ident: int, handle: int) -> None:
-        rng = profiling_records.synthetic_range(name, node_id=node_id(), thread=-ident, start_us=start_us,
+        # thread and node id are filled in by close(), from the session's own records
+        rng = profiling_records.synthetic_range(name, node_id=UNKNOWN_NODE, thread=-ident, start_us=start_us,
                                                 end_us=end_us, handle=handle)
         self.add([rng])
 
@@ -216,11 +223,14 @@ class Session:
             self._closed = True
             lists, self._lists = self._lists, []
             threads = dict(self._legacy_thread)
+            node = self._node_id if self._node_id is not None else node_id()
         main = threads.get(self.thread, 0)
-        for records in lists:  # synthetic ranges learn their thread's profiler id now
+        for records in lists:  # synthetic ranges learn their thread's profiler id and node id now
             for r in records:
                 if r["thread"] < 0:
                     r["thread"] = threads.get(-r["thread"], main)
+                if r["node_id"] == UNKNOWN_NODE:
+                    r["node_id"] = node
         return lists
 
 
@@ -376,6 +386,29 @@ def _copy_outcome(src, dst) -> None:
         dst.set_exception(exc)
     else:
         dst.set_result(value)
+
+
+# ------------------------------------------------------- the agent's own work
+@contextlib.contextmanager
+def _record_functions_off():
+    torch._C._autograd._enable_record_function(False)  # thread-local (RecordFunction TLS)
+    try:
+        yield
+    finally:
+        torch._C._autograd._enable_record_function(True)
+
+
+def unrecorded():
+    """Around the agent's own work in a profiled thread (pickling, tensor copies, sends).
+
+    TensorPipe does that work in C++, where the profiler does not see it; the
+    reference agent does it with torch ops (clone, view, detach) that a
+    profiler would otherwise list among the user's events. Free when no
+    profiler is on. (torch has no getter for the flag: it is restored to on.)
+    """
+    if not torch.autograd._profiler_enabled():
+        return contextlib.nullcontext()
+    return _record_functions_off()
 
 
 # ------------------------------------------------------------------ RRefs
