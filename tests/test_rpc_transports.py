@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import struct
 import threading
 import time
 
@@ -310,23 +311,49 @@ def test_faulty_delay_is_per_kind_and_keeps_order_within_a_kind():
 
 
 # --------------------------------------------------------------- framing, no wire
-def _roundtrip(frame: Frame) -> Frame:
+def _roundtrip(frame: Frame) -> tuple[Frame, int]:
+    """Encode, then decode with the listener's own code; returns the frame and how many messages it took."""
     meta, body, datas = pg_transport.encode(frame)
-    kind, msg_id, header_len, n, desc_len = pg_transport.decode_meta(meta.tolist(), 1)
-    payload = body.numpy().tobytes() if body is not None else b""
-    descs = pg_transport.decode_descriptors(payload[header_len:], n, 1)
-    it = iter(datas)
-    tensors = [torch.empty(shape, dtype=d) if torch.empty(shape).numel() == 0
-               else next(it).view(d).reshape(shape).clone() for d, shape in descs]
-    return Frame(kind, msg_id, payload[:header_len], tensors)
+    rest = ([body] if body is not None else []) + list(datas)
+    messages = 1 + len(rest)
+
+    def receive(nbytes):
+        message = rest.pop(0)
+        assert message.numel() == nbytes and message.dtype == torch.uint8
+        return message.clone()
+
+    out = pg_transport.read_frame(meta.numpy().tobytes(), 1, receive)
+    assert rest == [], "the decoder left messages unread"
+    return out, messages
 
 
 def test_encoding_roundtrips_every_payload_case():
     """encode/decode (without the wire) reproduce every payload case bit for bit."""
     cases = fns.payload_cases()
-    out = _roundtrip(Frame(int(Kind.PYTHON_CALL), 2**62, pickle.dumps("h"), [t for _, t in cases]))
+    out, messages = _roundtrip(Frame(int(Kind.PYTHON_CALL), 2**62, pickle.dumps("h"), [t for _, t in cases]))
     assert out.msg_id == 2**62 and pickle.loads(out.header) == "h"
     assert [name for (name, t), got in zip(cases, out.tensors) if not fns._same(t, got)] == []
+    assert messages > 2
+    for name, tensor in cases:
+        out, messages = _roundtrip(Frame(int(Kind.SCRIPT_RET), -5, b"x", [tensor]))
+        assert fns._same(tensor, out.tensors[0]) and out.header == b"x" and out.msg_id == -5, name
+        assert messages == (1 if tensor.numel() * tensor.element_size() < 4000 else 3), name
+
+
+def test_small_frames_travel_in_one_message_large_ones_split():
+    """A frame whose header, descriptors and bytes fit the 4 KiB meta is one c10d message; one byte more
+    moves the header to a body message and each tensor to its own."""
+    room = pg_transport.INLINE_CAPACITY
+    out, messages = _roundtrip(Frame(1, 1, b"h" * room))
+    assert messages == 1 and out.header == b"h" * room
+    out, messages = _roundtrip(Frame(1, 1, b"h" * (room + 1)))
+    assert messages == 2 and out.header == b"h" * (room + 1)
+    desc = 8 * 3  # dtype code, ndim, one size
+    out, messages = _roundtrip(Frame(1, 1, b"", [torch.ones(room - desc, dtype=torch.uint8)]))
+    assert messages == 1 and out.tensors[0].tolist() == [1] * (room - desc)
+    out, messages = _roundtrip(Frame(1, 1, b"", [torch.ones(room - desc + 1, dtype=torch.uint8)]))
+    assert messages == 3
+    assert _roundtrip(Frame(1, 1, b""))[1] == 1
 
 
 @pytest.mark.parametrize("frame, error, text", [
@@ -342,16 +369,23 @@ def test_unsendable_frames_are_refused_before_the_wire(frame, error, text):
         pg_transport.encode(frame)
 
 
-@pytest.mark.parametrize("values, text", [
-    ([0, 1, 2, 0, 0, 0, 0, 0], "magic"),
-    ([pg_transport.MAGIC, 1, 2, -1, 0, 0, 0, 0], "impossible sizes"),
-    ([pg_transport.MAGIC, 1, 2, 0, 1, 0, 0, 0], None),
-], ids=["magic", "negative", "missing-descriptor"])
-def test_garbled_meta_is_a_frame_error_naming_the_sender(values, text):
+def _fields(*values):
+    return pg_transport._FIELDS.pack(*values)
+
+
+@pytest.mark.parametrize("raw", [
+    _fields(0, 1, 2, 0, 0, 0, 0, 0),
+    _fields(pg_transport.MAGIC, 1, 2, -1, 0, 0, 0, 0),
+    _fields(pg_transport.MAGIC, 1, 2, 0, 0, 0, 7, 0),
+    _fields(pg_transport.MAGIC, 1, 2, 5000, 0, 0, 1, 0),
+    _fields(pg_transport.MAGIC, 1, 2, 0, 1, 0, 1, 0),
+    _fields(pg_transport.MAGIC, 1, 2, 0, 1, 24, 1, 0) + struct.pack("<3q", 999, 1, 2),
+    _fields(pg_transport.MAGIC, 1, 2, 0, 1, 24, 1, 0) + struct.pack("<3q", 0, 1, 2000),
+], ids=["magic", "negative", "flag", "inline-overflow", "missing-descriptor", "dtype-code", "short-data"])
+def test_garbled_meta_is_a_frame_error_naming_the_sender(raw):
     """A garbled frame is a FrameError naming the sending rank, never a crash or a wrong tensor."""
     with pytest.raises(FrameError, match="rank 3"):
-        _, _, header_len, n, desc_len = pg_transport.decode_meta(values, 3)
-        pg_transport.decode_descriptors(b"", n, 3)
+        pg_transport.read_frame(raw.ljust(pg_transport.META_BYTES, b"\0"), 3, lambda n: torch.zeros(n, dtype=torch.uint8))
 
 
 def test_send_before_start_and_to_self_are_refused():

@@ -383,3 +383,28 @@ def faulty_end_to_end(agent: str = "reference-pg") -> dict:
     finally:
         rpc.shutdown()
     return {"calls": out, "remote": remote, "remote_s": remote_s}
+
+
+# ------------------------------------------------------------- measuring (printed, never asserted)
+def ping_pong(rounds: int, header_bytes: int = 200, tensor_elems: int = 16) -> dict:
+    """Rank 0 sends a frame to rank 1, which sends it back, ``rounds`` times; returns the p50 round trip."""
+    inbox, transport = Inbox(), PgTransport()
+    _start(transport, inbox)
+    header = b"h" * header_bytes
+    tensors = [torch.ones(tensor_elems)] if tensor_elems else []
+    times = []
+    if ctx.rank in (0, 1):
+        other = 1 - ctx.rank
+        for i in range(rounds):
+            start = time.monotonic()
+            if ctx.rank == 0:
+                transport.send(other, Frame(int(Kind.PYTHON_CALL), i, header, tensors))
+                inbox.wait_for(i + 1)
+            else:
+                inbox.wait_for(i + 1)
+                transport.send(other, Frame(int(Kind.PYTHON_RET), i, header, tensors))
+            times.append(time.monotonic() - start)
+    _everyone("pingpong-done")
+    transport.shutdown()
+    times.sort()
+    return {"p50_us": times[len(times) // 2] * 1e6 if times else None}

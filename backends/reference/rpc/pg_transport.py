@@ -9,14 +9,17 @@ traffic never shares tags with the default group and the backend under test
 
 One frame is, in this order, from one sender to one receiver:
 
-1. ``META_TAG``: an int64 tensor of ``META_LEN`` elements
-   ``[MAGIC, kind, msg_id, header_len, n_tensors, desc_len, 0, 0]``. It has
-   the same size for every frame, so the listener can post one receive from
-   any source for it (and it is never empty: gloo cannot receive an empty
-   tensor from any source);
-2. ``BODY_TAG``, from that sender by name: a uint8 tensor holding the agent's
-   header followed by the tensor descriptors (``desc_len`` bytes: per tensor
-   int64 ``dtype code, ndim, *shape``); skipped when both are empty;
+1. ``META_TAG``: a uint8 tensor of ``META_BYTES`` (4 KiB): eight int64 fields
+   ``[MAGIC, kind, msg_id, header_len, n_tensors, desc_len, inline, 0]``
+   then room for a whole small frame. It has the same size for every frame,
+   so the listener can post one receive from any source for it (and it is
+   never empty: gloo cannot receive an empty tensor from any source). When
+   the header, the tensor descriptors (per tensor int64 ``dtype code, ndim,
+   *shape``) and the tensor bytes fit, they follow the fields and the frame
+   is this one message (``inline = 1``): a typical RPC costs one c10d
+   message, not three;
+2. otherwise ``BODY_TAG``, from that sender by name: a uint8 tensor holding
+   the header followed by the descriptors; skipped when both are empty;
 3. ``BODY_TAG``: each non-empty tensor's bytes as a flat uint8 tensor (a
    contiguous copy when needed), so every dtype travels whatever the backend
    supports natively; empty tensors send nothing.
@@ -48,11 +51,13 @@ short-circuits them), which matters because gloo cannot send to its own rank.
 from __future__ import annotations
 
 import logging
+import queue
 import struct
 import threading
 import time
 from datetime import timedelta
 
+import numpy
 import torch
 import torch.distributed as dist
 
@@ -61,7 +66,12 @@ from .transport import Frame, Transport, TransportError
 log = logging.getLogger(__name__)
 
 MAGIC = 0x52504346  # "RPCF": a receiver that reads anything else has lost the stream
-META_LEN = 8
+# Every frame starts with a meta message of this fixed size (a receive from any source
+# must know its size): 8 int64 fields, then room for a whole small frame.
+META_BYTES = 4096
+_FIELDS = struct.Struct("<8q")
+FIELDS_BYTES = _FIELDS.size
+INLINE_CAPACITY = META_BYTES - FIELDS_BYTES
 META_TAG = 7001
 BODY_TAG = 7002
 STOP_KIND = -1  # transport control frame: "no more frames from me to you"
@@ -113,12 +123,20 @@ def _tensor_bytes(tensor: torch.Tensor, index: int) -> torch.Tensor:
 
 
 def encode(frame: Frame, kind: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
-    """(meta, body or None, data tensors) for one frame; raises on anything that cannot travel."""
+    """(meta, body or None, data tensors) of one frame; raises on anything that cannot travel.
+
+    A frame whose header, descriptors and tensor bytes fit in ``INLINE_CAPACITY`` travels
+    inline, in the meta message alone (body None, no data tensors): one message instead of
+    up to 2 + n_tensors, which is what an RPC's latency over a c10d backend is made of.
+    """
     kind = frame.kind if kind is None else kind
     header = frame.header
     if not isinstance(header, (bytes, bytearray, memoryview)):
         raise TypeError(f"frame header must be bytes, got {type(header).__name__}")
     header = bytes(header)
+    for name, value in (("kind", kind), ("msg_id", frame.msg_id)):
+        if isinstance(value, bool) or not isinstance(value, int) or not -(1 << 63) <= value < (1 << 63):
+            raise ValueError(f"frame {name} must be an int64, got {value!r}")
     tensors = list(frame.tensors)
     desc: list[int] = []
     datas: list[torch.Tensor] = []
@@ -127,25 +145,53 @@ def encode(frame: Frame, kind: int | None = None) -> tuple[torch.Tensor, torch.T
         desc += [DTYPE_CODES[tensor.dtype], tensor.dim(), *tensor.shape]
         if data.numel():
             datas.append(data)
-    desc_bytes = struct.pack(f"<{len(desc)}q", *desc)
-    for name, value in (("kind", kind), ("msg_id", frame.msg_id)):
-        if not isinstance(value, int) or not -(1 << 63) <= value < (1 << 63):
-            raise ValueError(f"frame {name} must be an int64, got {value!r}")
-    meta = torch.tensor([MAGIC, kind, frame.msg_id, len(header), len(tensors), len(desc_bytes), 0, 0],
-                        dtype=torch.int64)
-    payload = header + desc_bytes
-    body = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else None
-    return meta, body, datas
+    payload = header + struct.pack(f"<{len(desc)}q", *desc)
+    desc_len = len(payload) - len(header)
+    inline = len(payload) + sum(data.numel() for data in datas) <= INLINE_CAPACITY
+    # zeros, not empty: the unused tail of a meta must not carry stale process memory
+    meta = torch.zeros(META_BYTES, dtype=torch.uint8)
+    view = meta.numpy()
+    view[:FIELDS_BYTES] = numpy.frombuffer(
+        _FIELDS.pack(MAGIC, kind, frame.msg_id, len(header), len(tensors), desc_len, int(inline), 0), numpy.uint8)
+    if not inline:
+        body = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else None
+        return meta, body, datas
+    at = FIELDS_BYTES + len(payload)
+    view[FIELDS_BYTES:at] = numpy.frombuffer(payload, numpy.uint8)
+    for data in datas:
+        meta[at:at + data.numel()].copy_(data)
+        at += data.numel()
+    return meta, None, []
 
 
-def decode_meta(values: list[int], src: int) -> tuple[int, int, int, int, int]:
-    magic, kind, msg_id, header_len, n_tensors, desc_len = values[:6]
+def decode_meta(fields: bytes, src: int) -> tuple[int, int, int, int, int, bool]:
+    """(kind, msg_id, header_len, n_tensors, desc_len, inline) from a meta's first FIELDS_BYTES."""
+    magic, kind, msg_id, header_len, n_tensors, desc_len, inline, _ = _FIELDS.unpack(fields[:FIELDS_BYTES])
     if magic != MAGIC:
         raise FrameError(f"frame from rank {src} starts with {magic:#x}, not the magic {MAGIC:#x}")
-    if not (0 <= header_len <= MAX_HEADER and 0 <= n_tensors <= MAX_TENSORS and 0 <= desc_len <= MAX_HEADER):
-        raise FrameError(f"frame from rank {src} has impossible sizes: header {header_len} bytes, "
-                         f"{n_tensors} tensors, descriptors {desc_len} bytes")
-    return kind, msg_id, header_len, n_tensors, desc_len
+    if not (0 <= header_len <= MAX_HEADER and 0 <= n_tensors <= MAX_TENSORS and 0 <= desc_len <= MAX_HEADER
+            and inline in (0, 1)):
+        raise FrameError(f"frame from rank {src} has impossible fields: header {header_len} bytes, "
+                         f"{n_tensors} tensors, descriptors {desc_len} bytes, inline flag {inline}")
+    if inline and header_len + desc_len > INLINE_CAPACITY:
+        raise FrameError(f"frame from rank {src}: an inline frame of {header_len + desc_len} bytes does not fit "
+                         f"the {INLINE_CAPACITY} inline bytes")
+    return kind, msg_id, header_len, n_tensors, desc_len, bool(inline)
+
+
+def decode_inline_tensors(raw: bytes, descs, src: int) -> list[torch.Tensor]:
+    """The tensors of an inline frame from the bytes after its header and descriptors."""
+    tensors, at = [], 0
+    for dtype, shape in descs:
+        tensor = torch.empty(shape, dtype=dtype)
+        nbytes = tensor.numel() * tensor.element_size()
+        if nbytes:
+            if at + nbytes > len(raw):
+                raise FrameError(f"frame from rank {src}: inline tensor data ends after {len(raw)} bytes")
+            tensor = torch.frombuffer(bytearray(raw[at:at + nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
+            at += nbytes
+        tensors.append(tensor)
+    return tensors
 
 
 def decode_descriptors(desc: bytes, n_tensors: int, src: int) -> list[tuple[torch.dtype, tuple[int, ...]]]:
@@ -167,6 +213,32 @@ def decode_descriptors(desc: bytes, n_tensors: int, src: int) -> list[tuple[torc
     if at != len(words):
         raise FrameError(f"frame from rank {src}: {len(words) - at} stray descriptor words")
     return out
+
+
+def read_frame(raw: bytes, src: int, receive) -> Frame | None:
+    """The frame whose meta message is ``raw``; ``receive(nbytes)`` returns the next BODY_TAG
+    message from ``src`` as a uint8 tensor. None for a STOP frame."""
+    kind, msg_id, header_len, n_tensors, desc_len, inline = decode_meta(raw, src)
+    if inline:
+        payload = raw[FIELDS_BYTES:FIELDS_BYTES + header_len + desc_len]
+    elif header_len + desc_len:
+        payload = receive(header_len + desc_len).numpy().tobytes()
+    else:
+        payload = b""
+    header, desc = payload[:header_len], payload[header_len:]
+    descs = decode_descriptors(desc, n_tensors, src)
+    if inline:
+        tensors = decode_inline_tensors(raw[FIELDS_BYTES + header_len + desc_len:], descs, src)
+    else:
+        tensors = []
+        for dtype, shape in descs:
+            tensor = torch.empty(shape, dtype=dtype)
+            if tensor.numel():
+                tensor = receive(tensor.numel() * tensor.element_size()).view(dtype).reshape(shape)
+            tensors.append(tensor)
+    if kind == STOP_KIND:
+        return None
+    return Frame(kind=kind, msg_id=msg_id, header=header, tensors=tensors)
 
 
 def check_backend_carries_cpu(backend: str) -> None:
@@ -199,6 +271,8 @@ class PgTransport(Transport):
         self._shutting_down = False
         self._dropping = False  # shutdown returned: nothing is delivered any more
         self._listener_error: str | None = None
+        self._completions: queue.SimpleQueue | None = None  # sends posted by the listener thread
+        self._completion_thread: threading.Thread | None = None
         self.frames_received = 0
 
     # ------------------------------------------------------------ start
@@ -246,7 +320,34 @@ class PgTransport(Transport):
             raise ValueError(f"frame kind {STOP_KIND} is reserved for the transport's STOP frame")
         meta, body, datas = encode(frame)
         works, keep = self._post(dst, meta, body, datas)
+        if threading.current_thread() is self._listener:
+            # deliver() sent (the agent answers from a completion callback). Waiting here
+            # could deadlock: on gloo a send completes only when the peer's listener takes
+            # it, and that listener may be waiting, in the same way, for ours.
+            self._completer().put((dst, works, keep))
+            return
         self._await(dst, works, keep)
+
+    def _completer(self) -> queue.SimpleQueue:
+        with self._state:
+            if self._completions is None:
+                self._completions = queue.SimpleQueue()
+                self._completion_thread = threading.Thread(
+                    target=self._complete_loop, args=(self._completions,), daemon=True,
+                    name=f"reference-pg-completions-r{self._rank}")
+                self._completion_thread.start()
+            return self._completions
+
+    def _complete_loop(self, completions: queue.SimpleQueue) -> None:
+        """Wait for the sends the listener posted; a failure loses the peer, as in send()."""
+        while True:
+            item = completions.get()
+            if item is None:
+                return
+            try:
+                self._await(*item)
+            except TransportError:
+                pass  # _await told the agent through on_peer_lost
 
     def _post(self, dst: int, meta, body, datas, stop: bool = False):
         """Post every message of one frame under ``dst``'s lock; returns (works, tensors to keep alive)."""
@@ -298,19 +399,19 @@ class PgTransport(Transport):
 
     # ------------------------------------------------------------ receive
     def _listen(self) -> None:
-        meta = torch.zeros(META_LEN, dtype=torch.int64)
+        meta = torch.zeros(META_BYTES, dtype=torch.uint8)
         group = self._group
         while True:
             try:
                 work = group.recv_anysource([meta], META_TAG)
                 work.wait()
                 src = work._source_rank()
-                values = meta.tolist()
+                raw = meta.numpy().tobytes()  # a copy: the buffer is reused for the next frame
             except Exception as exc:
                 self._listener_failed(f"receiving from any rank failed: {exc}")
                 return
             try:
-                frame = self._read_rest(group, src, values)
+                frame = self._read_rest(group, src, raw)
             except FrameError as exc:
                 # That peer's stream is garbled; others keep working.
                 self._lose(src, str(exc))
@@ -334,25 +435,13 @@ class PgTransport(Transport):
             except Exception:  # the agent's bug must not kill the only receiver
                 log.exception("reference-pg: deliver() raised for a frame from rank %d", src)
 
-    def _read_rest(self, group, src: int, values: list[int]) -> Frame | None:
-        kind, msg_id, header_len, n_tensors, desc_len = decode_meta(values, src)
-        payload = b""
-        if header_len + desc_len:
-            body = torch.empty(header_len + desc_len, dtype=torch.uint8)
-            group.recv([body], src, BODY_TAG).wait()
-            payload = body.numpy().tobytes()
-        header, desc = payload[:header_len], payload[header_len:]
-        tensors = []
-        for dtype, shape in decode_descriptors(desc, n_tensors, src):
-            tensor = torch.empty(shape, dtype=dtype)
-            if tensor.numel():
-                data = torch.empty(tensor.numel() * tensor.element_size(), dtype=torch.uint8)
-                group.recv([data], src, BODY_TAG).wait()
-                tensor = data.view(dtype).reshape(shape)
-            tensors.append(tensor)
-        if kind == STOP_KIND:
-            return None
-        return Frame(kind=kind, msg_id=msg_id, header=header, tensors=tensors)
+    def _read_rest(self, group, src: int, raw: bytes) -> Frame | None:
+        def receive(nbytes: int) -> torch.Tensor:
+            buffer = torch.empty(nbytes, dtype=torch.uint8)
+            group.recv([buffer], src, BODY_TAG).wait()
+            return buffer
+
+        return read_frame(raw, src, receive)
 
     def _peer_stopped(self, src: int) -> bool:
         """``src`` sent its last frame to us. Answer with our STOP; True when every peer is done."""
@@ -424,6 +513,12 @@ class PgTransport(Transport):
                             f"{waiting}" + (f" (lost: {lost})" if lost else ""))
         with self._state:
             stop_works = list(self._stop_works)
+            completions, completer = self._completions, self._completion_thread
+        if completions is not None:  # the listener posts nothing more: finish what it posted
+            completions.put(None)
+            completer.join(max(0.0, deadline - time.monotonic()))
+            if completer.is_alive():
+                problems.append("sends posted by the listener did not complete")
         if not _wait_all([w for _, works, _ in stop_works for w in works], max(0.0, deadline - time.monotonic())):
             problems.append(f"STOP frames to some peers were not taken within {self.shutdown_join_s:g} s")
         self._dropping = True
