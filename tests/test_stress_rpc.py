@@ -120,10 +120,12 @@ def test_stored_baseline_is_loadable_and_says_how_it_was_made():
     data = load_baseline(BASELINE)
     assert data["command"].startswith("python -m suites.stress.rpc")
     assert data["host"]["cpus"] and "load_average" in data["host"]
-    keys = {(r["agent"], r["benchmark"], r["mode"], r["profiled"]) for r in data["records"]}
-    for benchmark in ("light", "heavy"):
-        for mode in ("async", "sync"):
-            assert ("tensorpipe", benchmark, mode, False) in keys
+    keys = {(r["agent"], r["backend"], r["world_size"], r["benchmark"], r["mode"], r["profiled"])
+            for r in data["records"]}
+    expected = {(agent, "gloo", 4, benchmark, mode, profiled)
+                for agent in ("tensorpipe", "reference-pg", "reference-tp")
+                for benchmark, mode, profiled in rpc_stress.plan(parse_args(["--profile"]))}
+    assert keys == expected  # the default run, with --profile, on every agent
     for r in data["records"]:
         for field in REQUIRED:
             assert field in r
