@@ -3,8 +3,9 @@
 The call returns before the remote function finishes (the future is not yet
 done); ``wait`` gives the value; ``then`` continuations run after completion
 and see it, in a chain; ``torch.futures.wait_all`` over many RPC futures
-returns every value in order, and when some fail it raises the error of the
-first one to fail without waiting for slower ones ("first error wins").
+returns every value in order; when one fails it raises that error, and
+when several fail, the error of the first one to fail, without waiting for
+slower ones ("first error wins").
 """
 
 import time
@@ -42,11 +43,12 @@ def wait_all_values():
     return torch.futures.wait_all(futs)
 
 
-def first_error_wins():
+def wait_all_with_failures(with_late_error):
     rpc = lifecycle.rpc()
-    futs = [rpc.rpc_async(peer_name(), udfs.sleep_then, args=(SLOW_S, "slow ok")),
-            rpc.rpc_async(peer_name(), udfs.sleep_then_raise, args=(SLOW_S, "late error")),
-            rpc.rpc_async(peer_name(), udfs.raise_expected, args=("early error", "ValueError"))]
+    futs = [rpc.rpc_async(peer_name(), udfs.sleep_then, args=(SLOW_S, "slow ok"))]
+    if with_late_error:  # listed before the early one: only completion order picks the early one
+        futs.append(rpc.rpc_async(peer_name(), udfs.sleep_then_raise, args=(SLOW_S, "late error")))
+    futs.append(rpc.rpc_async(peer_name(), udfs.raise_expected, args=("early error", "ValueError")))
     got = outcome_of(torch.futures.wait_all, futs)
     for fut in futs:  # leave nothing in flight for the next clause
         try:
@@ -77,9 +79,16 @@ def test_wait_all_returns_values_in_order(rpc_agent):
         assert values == [rank * 100 + i for i in range(MANY)], f"rank {rank}: {values}"
 
 
+def test_wait_all_raises_a_failed_futures_error(rpc_agent):
+    """wait_all over RPC futures of which one fails raises that future's error (type and message)."""
+    for rank, got in enumerate(rpc_agent.run(wait_all_with_failures, False)):
+        assert got.error_type == "ValueError" and "early error" in got.error, f"rank {rank}: {got.describe()}"
+
+
+@pytest.mark.needs(rpc_feature="wait_all_early_error")
 def test_wait_all_first_error_wins(rpc_agent, record_property):
-    """wait_all raises the error of the first future to fail, before slower futures finish."""
-    results = rpc_agent.run(first_error_wins)
+    """wait_all raises the error of the first future to fail, before slower futures (one failing later) finish."""
+    results = rpc_agent.run(wait_all_with_failures, True)
     record_property("finding", results[0].describe()[:300])
     for rank, got in enumerate(results):
         assert got.raised and "early error" in got.error, f"rank {rank}: {got.describe()}"
