@@ -88,7 +88,7 @@ def test_idle_shutdown_with_listener_blocked_returns_promptly(tworld):
     results = tworld.run(fns.idle_shutdown)
     for rank, result in enumerate(results):
         assert result["elapsed"] < 5.0, result
-        assert result["clean"] and not result["state"]["listener_alive"]
+        assert result["clean"] and not result["state"]["listener_alive"] and result["state"]["group_destroyed"]
         assert result["state"]["stop_received"] == [p for p in range(tworld.world_size) if p != rank]
         assert_only_shutdowns(result["lost"])
 
@@ -104,6 +104,15 @@ def test_rank_leaving_early_is_named_and_does_not_block_anyone(tworld):
         assert result["send_to_0"].startswith("reference-pg: cannot send to rank 0: rank 0 has shut down")
         assert result["from"] == [p for p in range(1, tworld.world_size) if p != rank]
         assert result["clean"] and result["elapsed"] < 5.0
+
+
+def test_restarts_free_their_group_and_threads(tworld):
+    """Starting and cleanly shutting down a transport 5 times leaves no process group and no thread behind."""
+    results = tworld.run(fns.restart_cycles, 5)
+    for result in results:
+        assert result["received"] == 5 * (tworld.world_size - 1)
+        assert result["groups"][1] == result["groups"][0], result
+        assert result["threads"][1] <= result["threads"][0], result
 
 
 def test_faulty_fails_first_sends_of_each_message_like_torch(tworld):
@@ -174,6 +183,15 @@ def test_faulty_reference_pg_fails_like_torchs_faulty_agent(tworld):
         assert all("Send attempt failed intentionally for PYTHON_CALL" in c for c in result["calls"][:2])
         assert result["calls"][2] == [2.0]
         assert result["remote"] == [3.0] and result["remote_s"] >= 0.2
+
+
+def test_call_to_a_worker_that_left_fails_promptly_naming_it(tworld):
+    """After a worker shut down without the graceful handshake, a call to it fails at once with an error
+    naming that worker and saying it shut down (not at the RPC timeout); every shutdown stays bounded."""
+    results = tworld.run(fns.call_after_peer_left)
+    assert "worker1" in results[0]["error"] and "rank 1 has shut down" in results[0]["error"], results[0]
+    assert results[0]["error_s"] < 5.0
+    assert all(result["shutdown_s"] < 5.0 for result in results), results
 
 
 # --------------------------------------------------------------- a peer that dies

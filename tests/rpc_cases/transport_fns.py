@@ -408,3 +408,52 @@ def ping_pong(rounds: int, header_bytes: int = 200, tensor_elems: int = 16) -> d
     transport.shutdown()
     times.sort()
     return {"p50_us": times[len(times) // 2] * 1e6 if times else None}
+
+
+def restart_cycles(cycles: int) -> dict:
+    """Start and shut down a transport ``cycles`` times, one frame each way each time; returns how many
+    process groups and threads this rank had before and after (a clean close frees its group)."""
+    import torch.distributed.distributed_c10d as c10d
+
+    groups_before, threads_before = len(c10d._world.pg_map), threading.active_count()
+    received = 0
+    for cycle in range(cycles):
+        inbox, transport = Inbox(), PgTransport()
+        _start(transport, inbox)
+        for dst in _peers():
+            transport.send(dst, Frame(int(Kind.PYTHON_CALL), cycle, b"cycle"))
+        inbox.wait_for(len(_peers()))
+        received += len(inbox.frames)
+        _everyone(f"cycle{cycle}")
+        transport.shutdown()
+    time.sleep(0.2)  # let finished threads go
+    return {"groups": (groups_before, len(c10d._world.pg_map)), "threads": (threads_before, threading.active_count()),
+            "received": received}
+
+
+def call_after_peer_left(agent: str = "reference-pg") -> dict:
+    """Rank 1 shuts its agent down without the graceful handshake; rank 0 then calls it and gets an
+    error naming it promptly (not at rpc_timeout); rank 0's own shutdown stays bounded."""
+    rpc = _start_agent(agent, rpc_timeout=20.0)
+    out = {}
+    if ctx.rank == 1:
+        start = time.monotonic()
+        rpc.shutdown(graceful=False)
+        out["shutdown_s"] = time.monotonic() - start
+        ctx.store.set("left", b"1")
+        return out
+    try:
+        if ctx.rank == 0:
+            ctx.store.wait(["left"])
+            start = time.monotonic()
+            try:
+                rpc.rpc_sync(_worker(1), add_on, args=(torch.ones(1), 1))
+                out["error"] = None
+            except Exception as exc:
+                out["error"] = str(exc)
+            out["error_s"] = time.monotonic() - start
+    finally:
+        start = time.monotonic()
+        rpc.shutdown(graceful=False)
+        out["shutdown_s"] = time.monotonic() - start
+    return out

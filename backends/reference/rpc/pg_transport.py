@@ -271,6 +271,8 @@ class PgTransport(Transport):
         self._shutting_down = False
         self._dropping = False  # shutdown returned: nothing is delivered any more
         self._listener_error: str | None = None
+        self._group_destroyed = False
+        self.clean_close: bool | None = None  # set by shutdown(): every STOP exchanged, group destroyed
         self._completions: queue.SimpleQueue | None = None  # sends posted by the listener thread
         self._completion_thread: threading.Thread | None = None
         self.frames_received = 0
@@ -530,6 +532,19 @@ class PgTransport(Transport):
             self.clean_close = False
         else:
             self.clean_close = True
+            # Every stream is drained both ways and no work of ours is pending, so the group
+            # can go: an agent restarted many times in one process must not pile up groups
+            # (each holds sockets and threads). Peers still closing are unaffected: their
+            # pending receive is from any source, which no backend fails for one closed pair.
+            self._destroy_group()
+
+    def _destroy_group(self) -> None:
+        group, self._group_destroyed = self._group, True
+        try:
+            if dist.is_initialized() and group in dist.distributed_c10d._world.pg_map:
+                dist.destroy_process_group(group)
+        except Exception as exc:  # the default group went first (process teardown): nothing to free
+            log.debug("reference-pg: destroying the transport group failed: %s", exc)
 
     # for tests: where the transport stands
     def state(self) -> dict:
@@ -537,7 +552,7 @@ class PgTransport(Transport):
             return {"stop_sent": sorted(self._stop_sent), "stop_received": sorted(self._stop_received),
                     "closed": dict(self._closed_reason), "listener_error": self._listener_error,
                     "listener_alive": bool(self._listener and self._listener.is_alive()),
-                    "frames_received": self.frames_received}
+                    "frames_received": self.frames_received, "group_destroyed": self._group_destroyed}
 
 
 def _wait_all(works, timeout: float) -> bool:
