@@ -88,6 +88,7 @@ class ReportCollector:
             "backends": self.config.getoption("backend"),
             "world_sizes": self.config.getoption("world_size"),
             "plugins": self.config.getoption("backend_plugin"),
+            "rpc_agents": self.config.getoption("rpc_agent", None),
             "wall_seconds": round(time.time() - self.started, 3),
             "exit_status": int(exitstatus),
         }

@@ -18,6 +18,12 @@ def _one_line(text: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def _target(r) -> str:
+    """The backend, and for an RPC clause the agent too (each agent gets its own rows)."""
+    backend = r.backend or "-"
+    return f"{backend} · rpc {r.rpc_agent}" if getattr(r, "rpc_agent", "") else backend
+
+
 def render(records, meta: dict) -> str:
     out = ["# distconform summary", ""]
     out.append(f"backends: `{meta.get('backends')}` · world sizes: `{meta.get('world_sizes')}` · "
@@ -27,7 +33,7 @@ def render(records, meta: dict) -> str:
 
     table: dict = defaultdict(Counter)
     for r in records:
-        table[(r.backend or "-", r.area or "-")][r.outcome] += 1
+        table[(_target(r), r.area or "-")][r.outcome] += 1
     out.append("| backend | area | " + " | ".join(COLUMNS) + " |")
     out.append("|---|---|" + "---|" * len(COLUMNS))
     for (backend, area), counts in sorted(table.items()):
@@ -44,7 +50,7 @@ def render(records, meta: dict) -> str:
     gaps = defaultdict(list)
     for r in records:
         if r.outcome == "xfailed":
-            gaps[(r.backend, r.reason)].append(r)
+            gaps[(_target(r), r.reason)].append(r)
     if gaps:
         out += ["## Known gaps (strict xfail: the case ran and the backend showed the gap)", "",
                 "| backend | gap | cases | backend's actual behaviour (first case) |", "|---|---|---|---|"]

@@ -19,6 +19,7 @@ class CaseRecord:
     reason: str = ""  # skip reason, or the xfail's declared gap
     error: str = ""  # first lines of the error (also for xfail: the backend's actual behaviour)
     findings: list = field(default_factory=list)  # what the backend did, recorded by the test
+    rpc_agent: str = ""  # RPC clauses only (fixtures/rpc_plugin.py): the agent under test
     phases: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -49,6 +50,7 @@ def record_from_report(report, previous: CaseRecord | None) -> CaseRecord | None
     record.clause = props.get("clause", record.clause)
     record.backend = props.get("backend", record.backend)
     record.world_size = props.get("world_size", record.world_size)
+    record.rpc_agent = props.get("rpc_agent", record.rpc_agent)
     for name, value in report.user_properties:
         if name == "finding" and value not in record.findings:
             record.findings.append(value)
