@@ -26,7 +26,11 @@ One frame is, in this order, from one sender to one receiver:
 
 Frames to one peer never interleave: all messages of a frame are posted under
 that peer's lock (posting does not block; completion is awaited outside the
-lock), and c10d keeps messages of one tag between one pair in order.
+lock), and c10d keeps messages of one tag between one pair in order. send()
+returns once its messages are taken (backpressure, and errors raise in the
+caller), except on the listener thread itself (an agent answering from
+deliver()): there a helper thread awaits them, because two gloo listeners
+each waiting for the other to take a send would deadlock.
 
 Shutdown is a close handshake per direction, like TCP's FIN: ``shutdown()``
 sends a STOP frame (``kind = STOP_KIND``, never delivered) to every peer; a
@@ -37,10 +41,18 @@ last pending receive-from-any-source is always satisfied by a real message
 (c10d offers no way to cancel it: torch's Work has no abort in Python, and a
 gloo wait that times out poisons the whole gloo context). A rank that shuts
 down while its peers keep running therefore still returns promptly: their
-listeners answer. A peer that is wedged (alive, listener stuck) is the only
-case where the listener stays blocked; every join is bounded by
-``SHUTDOWN_JOIN_S`` and the transport then says so in a warning and drops
-anything that still arrives.
+listeners answer. After a clean close (every STOP exchanged both ways) the
+transport destroys its group, so agents restarted in one process leave no
+sockets or threads behind.
+
+A peer process that dies is noticed at the next send to it (gloo and the
+reference backend both fail that send, naming the closed connection): the
+send raises TransportError naming the rank and ``on_peer_lost`` fires. c10d
+fails a receive from any source for nobody, so the listener cannot notice a
+death by itself; a dead peer counts as closed for shutdown, which then
+returns at once and reports (in a warning, ``clean_close = False``) the
+listener left blocked in its receive; the group is then left as it is.
+Every other wait of a shutdown is bounded by ``SHUTDOWN_JOIN_S``.
 
 Limits (capabilities, stated as errors): frames carry CPU tensors; a default
 group whose backend cannot move CPU tensors (nccl) is refused in ``start()``
@@ -81,7 +93,9 @@ START_TIMEOUT_S = 60.0
 # The listener waits for its next frame for as long as the agent lives: an idle agent is
 # not an error. c10d has one timeout per group, so the group gets a very long one
 # (after every rank is known to be present, see start()).
-IDLE_TIMEOUT = timedelta(days=30)
+# 7 days: well inside the int32 milliseconds some backends keep. An agent idle longer than
+# that loses its listener (the receive times out) and reports every peer lost.
+IDLE_TIMEOUT = timedelta(days=7)
 MAX_HEADER = 1 << 31
 MAX_TENSORS = 1 << 20
 MAX_NDIM = 64
@@ -293,7 +307,7 @@ class PgTransport(Transport):
         backend = dist.get_backend()
         check_backend_carries_cpu(backend)
         # Every rank is present (the rendezvous said so), so the long idle timeout cannot
-        # turn a missing rank into a month-long hang in new_group's own barrier.
+        # turn a missing rank into a days-long hang in new_group's own barrier.
         group = dist.new_group(backend=backend, timeout=IDLE_TIMEOUT)
         self._group = group
         self._listener = threading.Thread(target=self._listen, name=f"reference-pg-listener-r{rank}", daemon=True)
@@ -494,6 +508,14 @@ class PgTransport(Transport):
             started = self._group is not None
         if not started:
             self._dropping = True
+            return
+        if threading.current_thread() is self._listener:
+            # Shut down from inside deliver(): the listener cannot wait for itself. It sends our
+            # STOPs now and exits by itself once every peer's STOP arrived.
+            for peer in self._peers():
+                self._post_stop(peer)
+            self._dropping = True
+            self.clean_close = False
             return
         for peer in self._peers():
             self._post_stop(peer)
