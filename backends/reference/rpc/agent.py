@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import pickle
 import queue
 import sys
 import threading
@@ -53,15 +54,12 @@ REMOTES = frozenset((K_SCRIPT_REMOTE, K_PYTHON_REMOTE))
 RESPONSES = frozenset(int(k) for k in (Kind.SCRIPT_RET, Kind.PYTHON_RET, Kind.REMOTE_RET, Kind.SCRIPT_RREF_FETCH_RET,
                                        Kind.PYTHON_RREF_FETCH_RET, Kind.RREF_ACK, Kind.EXCEPTION))
 
-WATCHDOG_TICK_S = 0.005
+WATCHDOG_TICK_S = 0.02
 IDLE_POLL_S = 0.002
 
 # torch's texts (torch/csrc/distributed/rpc/rpc_agent.h kRpcTimeoutErrorStr with the
 # "RPCErr:1:" prefix of RPCErrorType::TIMEOUT, as TensorPipe's rpc_sync raises it)
 TIMEOUT_TEXT = "RPCErr:1:RPC ran for more than set timeout ({} ms) and will now be marked with an error"
-# torch/csrc/distributed/rpc/rref_impl.cpp, to_here() after a remote() that timed out
-RREF_CREATION_TIMEOUT = ("RRef creation via rpc.remote() timed out, and it is possible that the RRef on the owner "
-                         "node does not exist.")
 # torch/csrc/distributed/rpc/python_functions.cpp (async_execution result check)
 NOT_A_FUTURE = ("Functions decorated with @rpc.async_function must return a torch.futures.Future object, "
                 "but got {}")
@@ -118,6 +116,22 @@ def resolve_target(target):
     if fn is None:
         raise RuntimeError(f"Unknown TorchScript function {name}: define it (@torch.jit.script) on the callee too")
     return fn
+
+
+_RESOLVED: dict = {}  # a function's pickle -> the function, resolved once per process
+
+
+def resolve_key(key: bytes):
+    """The callable a cached-by-name target pickle names (see api._target_of)."""
+    func = _RESOLVED.get(key)
+    if func is None:
+        try:
+            func = resolve_target(pickle.loads(key))
+        except AttributeError as exc:  # torch's internal.deserialize() addition
+            raise AttributeError(str(exc) + UDF_NOT_FOUND) from exc
+        if len(_RESOLVED) < 100_000:
+            _RESOLVED[key] = func
+    return func
 
 
 class Pending:
@@ -251,6 +265,7 @@ class Agent:
         self.stopped = False
         self._pending: dict[int, Pending] = {}
         self._ids = itertools.count(1)
+        self._wake_watchdog = threading.Event()
         self._deadlines: list = []  # heap of (deadline, msg_id); pushes/pops are single C calls under the GIL
         self._sent = itertools.count()  # counters read through repr(): next() is atomic, += is not
         self._received = itertools.count()
@@ -297,6 +312,7 @@ class Agent:
         if self.stopped:
             return
         self.stopped = True
+        self._wake_watchdog.set()
         try:
             self.transport.shutdown()
         finally:
@@ -362,7 +378,7 @@ class Agent:
             return self.workers[to]
         raise ValueError(f"Cannot get WorkerInfo from name {to}")  # torch's api._to_worker_info
 
-    def call(self, dst: int, kind: int, target, args, kwargs, async_exec: bool, timeout: float,
+    def call(self, dst: int, kind: int, key, target, args, kwargs, async_exec: bool, timeout: float,
              call=None, rref: RRef | None = None, func=None) -> torch.futures.Future:
         """Send one request; the Future completes with its response (or error)."""
         if self.stopped:
@@ -373,17 +389,28 @@ class Agent:
         if call is not None:
             extra = profiling.request_fields(call)
         remote_ids = (rref.rref_id, rref.fork_id) if rref is not None else None
-        header, tensors = serialize.dumps((target, args, kwargs, async_exec, extra, remote_ids))
+        header, tensors = serialize.dumps((key, target, args, kwargs, async_exec, extra, remote_ids))
         future = torch.futures.Future()
         msg_id = next(self._ids)
         self._pending[msg_id] = Pending(future, call, dst, timeout, rref)
         if timeout > 0:
-            heapq.heappush(self._deadlines, (time.monotonic() + timeout, msg_id))
+            self._arm(time.monotonic() + timeout, msg_id)
         self._send(dst, Frame(kind, msg_id, header, tensors), msg_id)
         return future
 
+    def _arm(self, deadline: float, msg_id: int) -> None:
+        deadlines = self._deadlines
+        if not deadlines or deadline < deadlines[0][0]:
+            self._wake_watchdog.set()  # rare: a deadline earlier than every armed one
+        heapq.heappush(deadlines, (deadline, msg_id))
+
     def fetch(self, rref: RRef, timeout: float) -> torch.futures.Future:
-        """to_here() of a user RRef: PYTHON_RREF_FETCH_CALL to its owner."""
+        """to_here() of a user RRef: PYTHON_RREF_FETCH_CALL to its owner.
+
+        A remote() not yet confirmed is waited for first (within this call's
+        timeout): if its creation failed or timed out, to_here raises that error,
+        as TensorPipe does.
+        """
         if self.stopped:
             raise RuntimeError("RPC has not been initialized. Call torch.distributed.rpc.init_rpc first.")
         if rref._error is not None:
@@ -395,8 +422,23 @@ class Agent:
         msg_id = next(self._ids)
         self._pending[msg_id] = Pending(future, None, rref._owner, timeout)
         if timeout > 0:
-            heapq.heappush(self._deadlines, (time.monotonic() + timeout, msg_id))
-        self._send(rref._owner, Frame(K_FETCH, msg_id, header, tensors), msg_id)
+            self._arm(time.monotonic() + timeout, msg_id)
+        frame = Frame(K_FETCH, msg_id, header, tensors)
+        creation = rref._creation
+        if creation is None or creation.done():
+            self._send(rref._owner, frame, msg_id)
+            return future
+
+        def created(_):
+            if rref._error is not None:
+                entry = self._pending.pop(msg_id, None)
+                if entry is not None:
+                    entry.future.set_exception(rref._error)
+                return
+            if msg_id in self._pending:
+                self._send(rref._owner, frame, msg_id)
+
+        creation.add_done_callback(created)
         return future
 
     def send_control(self, dst: int, kind: int, payload) -> None:
@@ -440,9 +482,13 @@ class Agent:
                     self._fail(entry, RuntimeError(f"RPC to {name} failed: {reason}"))
 
     def _watchdog(self) -> None:
-        deadlines, pending = self._deadlines, self._pending
+        deadlines, pending, wake = self._deadlines, self._pending, self._wake_watchdog
         while not self.stopped:
-            time.sleep(WATCHDOG_TICK_S)
+            # sleep until the earliest deadline (at most a tick: RRef deletes are flushed then)
+            pause = min(WATCHDOG_TICK_S, deadlines[0][0] - time.monotonic()) if deadlines else WATCHDOG_TICK_S
+            if pause > 0:
+                wake.wait(pause)
+            wake.clear()
             if not self.rrefs.released.empty():
                 self.rrefs.flush_released()
             now = time.monotonic()
@@ -452,13 +498,7 @@ class Agent:
                 if entry is None:
                     continue  # answered in time
                 error = RuntimeError(TIMEOUT_TEXT.format(_timeout_ms(entry.timeout)))
-                if entry.rref is not None:
-                    entry.rref._error = RuntimeError(RREF_CREATION_TIMEOUT)
-                    if entry.call is not None:
-                        profiling.absorb_response(entry.call, None)
-                    entry.future.set_exception(error)
-                else:
-                    self._fail(entry, error)
+                self._fail(entry, error)  # a remote(): its RRef keeps the error for to_here
 
     # ========================================================== delivery
     def _deliver(self, src: int, frame: Frame) -> None:
@@ -496,8 +536,8 @@ class Agent:
             # decoded here, in delivery order: the caller's fork must be registered
             # before any later delete from that caller (rref.py)
             job = (src, frame, self._decode(frame))
-            if not isinstance(job[2], BaseException) and job[2][5] is not None:
-                rref_id, fork_id = job[2][5]
+            if not isinstance(job[2], BaseException) and job[2][6] is not None:
+                rref_id, fork_id = job[2][6]
                 self.rrefs.add_fork(tuple(rref_id), tuple(fork_id))
         else:
             job = (src, frame, None)
@@ -555,17 +595,18 @@ class Agent:
                     failure = remote_exception(self.info, exc)
                 self._respond_error(src, msg_id, failure)
                 return
-            target, args, kwargs, async_exec, prof, remote_ids = decoded
+            key, target, args, kwargs, async_exec, prof, remote_ids = decoded
             if prof is None and not async_exec and remote_ids is None:
                 # the hot path: run, answer
                 try:
-                    value = resolve_target(target)(*args, **kwargs)
+                    value = (_RESOLVED.get(key) or resolve_key(key) if key is not None
+                             else resolve_target(target))(*args, **kwargs)
                 except Exception as exc:
                     self._respond_error(src, msg_id, remote_exception(self.info, exc))
                     return
                 self._respond(src, msg_id, K_PYTHON_RET, value, None)
                 return
-            run = lambda: self._run_to_future(target, args, kwargs, async_exec)  # noqa: E731
+            run = lambda: self._run_to_future(key, target, args, kwargs, async_exec)  # noqa: E731
             fut = profiling.run_profiled(prof, run) if prof is not None else run()
             chained = True
             fut.add_done_callback(lambda done: self._finish(src, msg_id, remote_ids, prof is not None, done))
@@ -578,10 +619,11 @@ class Agent:
             if not chained:
                 next(self._finished)
 
-    def _run_to_future(self, target, args, kwargs, async_exec: bool):
+    def _run_to_future(self, key, target, args, kwargs, async_exec: bool):
         fut = torch.futures.Future()
         try:
-            value = resolve_target(target)(*args, **kwargs)
+            func = resolve_key(key) if key is not None else resolve_target(target)
+            value = func(*args, **kwargs)
         except Exception as exc:
             fut.set_exception(_Failure(remote_exception(self.info, exc)))
             return fut

@@ -7,7 +7,9 @@ runs unchanged here.
 
 from __future__ import annotations
 
+import pickle
 import threading
+import types
 from datetime import timedelta
 
 import torch
@@ -87,12 +89,15 @@ def init_rpc(name, backend=None, rank=-1, world_size=None, rpc_backend_options=N
             _init_counter += 1
         torch._C._distributed_rpc._set_profiler_node_id(rank)
         agent = Agent(name, rank, world_size, options, store, _make_transport(options))
+        # current before it starts (as torch's _set_and_start_rpc_agent): a peer that
+        # started first may already be calling, and its functions use this API
+        _agent = agent
         try:
             agent.start()
         except BaseException:
+            _agent = None
             agent._stop()
             raise
-        _agent = agent
 
 
 def shutdown(graceful=True, timeout=0):
@@ -120,10 +125,25 @@ def _set_rpc_timeout(rpc_timeout: float) -> None:
     _current_agent().default_timeout = float(rpc_timeout)
 
 
+_TARGETS: dict = {}  # function -> (kind, key, target, async_exec): the per-call decisions, made once
+_CACHEABLE = (types.FunctionType, types.BuiltinFunctionType, torch.jit.ScriptFunction)
+
+
 def _target_of(func):
-    """(message kind, what travels, is_async_exec) for a callable, decided as torch's _invoke_rpc does."""
+    """(message kind, key, target, is_async_exec) for a callable, decided as torch's _invoke_rpc does.
+
+    Module-level functions, torch builtins and TorchScript functions travel as
+    ``key``: their pickle (by qualified name), made once and resolved once per
+    process on the callee. Anything else (a bound method, a callable object)
+    travels as ``target`` inside the message's pickle, tensors and all.
+    """
+    try:
+        return _TARGETS[func]
+    except (KeyError, TypeError):  # TypeError: an unhashable callable
+        pass
     if not callable(func):
         raise TypeError("function should be callable.")  # torch's text (api._invoke_rpc)
+    original = func
     async_exec = hasattr(func, "_wrapped_async_rpc_function")
     if async_exec:
         wrapped = func._wrapped_async_rpc_function
@@ -131,20 +151,28 @@ def _target_of(func):
             func = wrapped
     qualified_name = torch.jit._builtins._find_builtin(func)
     if qualified_name is not None:
-        return K_SCRIPT_CALL, ("builtin", qualified_name), async_exec
-    if isinstance(func, torch.jit.ScriptFunction):
-        return K_SCRIPT_CALL, ("script", torch._jit_internal._qualified_name(func)), async_exec
-    return K_PYTHON_CALL, func, async_exec
+        decided = (K_SCRIPT_CALL, pickle.dumps(("builtin", qualified_name), 5), None, async_exec)
+    elif isinstance(func, torch.jit.ScriptFunction):
+        decided = (K_SCRIPT_CALL, pickle.dumps(("script", torch._jit_internal._qualified_name(func)), 5), None,
+                   async_exec)
+    elif isinstance(func, types.FunctionType) and "<locals>" not in func.__qualname__ \
+            and "<lambda>" not in func.__qualname__:
+        decided = (K_PYTHON_CALL, pickle.dumps(func, 5), None, async_exec)
+    else:
+        return (K_PYTHON_CALL, None, func, async_exec)
+    if isinstance(original, _CACHEABLE) and len(_TARGETS) < 100_000:
+        _TARGETS[original] = decided
+    return decided
 
 
 def _invoke(mode, to, func, args, kwargs, timeout, rref=None):
     agent = _current_agent()
-    kind, target, async_exec = _target_of(func)
+    kind, key, target, async_exec = _target_of(func)
     dst = agent.worker_info(to)
     call = profiling.begin_call(mode, func, agent.name, dst.name)
     if rref is not None:
         kind = K_SCRIPT_REMOTE if kind == K_SCRIPT_CALL else K_PYTHON_REMOTE
-    fut = agent.call(dst.id, kind, target, tuple(args) if args else (), kwargs if kwargs else {}, async_exec,
+    fut = agent.call(dst.id, kind, key, target, tuple(args) if args else (), kwargs if kwargs else {}, async_exec,
                      float(timeout), call=call, rref=rref(agent, dst.id) if rref is not None else None)
     if call is not None:
         fut = profiling.wrap_future(call, fut)

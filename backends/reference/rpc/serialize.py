@@ -72,13 +72,37 @@ class _Pickler(pickle.Pickler):
     dispatch_table = _DISPATCH
 
 
+class _Reusable(threading.local):
+    """A pickler per thread, reused: making one costs more than pickling a small header."""
+
+    def __init__(self):
+        self.buffer = io.BytesIO()
+        self.pickler = _Pickler(self.buffer, PROTOCOL)
+        self.busy = False
+
+
+_reusable = _Reusable()
+
+
 def dumps(obj) -> tuple[bytes, list]:
     """(pickle bytes, tensors taken out of it) for ``obj``."""
     outer = getattr(_tables, "send", None)
     _tables.send = tensors = []
+    mine = _reusable
     try:
-        buffer = io.BytesIO()
-        _Pickler(buffer, PROTOCOL).dump(obj)
+        if mine.busy:  # nested (a reducer that sends a message): a fresh pickler
+            buffer = io.BytesIO()
+            _Pickler(buffer, PROTOCOL).dump(obj)
+            return buffer.getvalue(), tensors
+        mine.busy = True
+        buffer = mine.buffer
+        buffer.seek(0)
+        buffer.truncate()
+        mine.pickler.clear_memo()
+        try:
+            mine.pickler.dump(obj)
+        finally:
+            mine.busy = False
         return buffer.getvalue(), tensors
     finally:
         _tables.send = outer
@@ -86,6 +110,8 @@ def dumps(obj) -> tuple[bytes, list]:
 
 def loads(data, tensors: list):
     """The object ``dumps`` produced, with ``tensors`` put back in their places."""
+    if not tensors:
+        return pickle.loads(data)
     outer = getattr(_tables, "recv", None)
     _tables.recv = tensors
     try:

@@ -192,6 +192,8 @@ def read_frame(stream) -> Frame:
     if version != VERSION:
         raise ProtocolError(f"unsupported protocol version {version}")
     if kind not in KINDS:
+        if kind == REFUSED and not n_tensors and header_len <= MAX_HELLO:  # our hello was refused: say why
+            raise ProtocolError(f"refused our connection: {_read(stream, header_len).decode(errors='replace')}")
         raise ProtocolError(f"unknown message kind {kind}")
     if n_tensors > MAX_TENSORS:
         raise ProtocolError(f"{n_tensors} tensors in one frame (at most {MAX_TENSORS})")
@@ -223,18 +225,29 @@ def _hello_bytes(kind: int, payload: dict) -> bytes:
     return PREFIX.pack(MAGIC, VERSION, kind, 0, 0, len(body)) + body
 
 
-def _read_control(stream) -> tuple[int, dict]:
-    """A HELLO or REFUSED frame: JSON, small, nothing else accepted."""
-    prefix = stream.read(PREFIX.size)
-    if len(prefix) != PREFIX.size:
-        raise ProtocolError(f"connection closed during the handshake ({len(prefix)} bytes)")
-    magic, version, kind, n_tensors, _, length = PREFIX.unpack(prefix)
-    if magic != MAGIC or version != VERSION:
-        raise ProtocolError(f"not a reference-tp peer (magic {magic!r}, version {version})")
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """n bytes straight from the socket: a handshake must not read ahead into the frames after it."""
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ProtocolError(f"connection closed during the handshake ({len(data)} of {n} bytes)")
+        data += chunk
+    return bytes(data)
+
+
+def _read_control(sock: socket.socket) -> tuple[int, dict]:
+    """A HELLO or REFUSED frame: JSON, small, nothing else accepted (the magic is checked first)."""
+    magic = _recv_exactly(sock, len(MAGIC))
+    if magic != MAGIC:
+        raise ProtocolError(f"not a reference-tp peer (magic {magic!r})")
+    _, version, kind, n_tensors, _, length = PREFIX.unpack(magic + _recv_exactly(sock, PREFIX.size - len(MAGIC)))
+    if version != VERSION:
+        raise ProtocolError(f"unsupported protocol version {version}")
     if kind not in (HELLO, REFUSED) or n_tensors or length > MAX_HELLO:
         raise ProtocolError(f"expected a hello, got kind {kind} with {n_tensors} tensors and {length} header bytes")
     try:
-        body = json.loads(_read(stream, length).decode())
+        body = json.loads(_recv_exactly(sock, length).decode())
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"hello is not JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -305,7 +318,7 @@ class TpTransport(Transport):
     def _handshake(self, sock: socket.socket, address) -> None:
         try:
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
-            kind, hello = _read_control(sock.makefile("rb", buffering=0))
+            kind, hello = _read_control(sock)
             token, peer = hello.get("token"), hello.get("rank")
             if kind != HELLO:
                 raise ProtocolError("first frame is not a hello")

@@ -1,0 +1,277 @@
+"""Rank side of tests/test_reference_rpc.py: the reference RPC agent in live worlds.
+
+Every function starts its own agent on the case's private store (``ctx.store``:
+the same prefix on every rank of one run) and shuts it down before returning,
+so a world can run any number of them, in any order.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+
+import backends.reference.rpc as rpc
+from backends.reference.rpc import tp_transport
+from fixtures.rank import ctx
+
+
+# ------------------------------------------------------------- callees
+def add(a, b):
+    return a + b
+
+
+def zero():
+    return 0
+
+
+def whoami():
+    return rpc.get_worker_info().name
+
+
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+def boom(text):
+    raise ValueError(text)
+
+
+class Counter:
+    def __init__(self, start):
+        self.value = start
+
+    def add(self, step):
+        self.value += step
+        return self.value
+
+
+@rpc.functions.async_execution
+def async_twice(to, x):
+    return rpc.rpc_async(to, add, args=(x, x)).then(lambda fut: fut.value() * 2)
+
+
+@torch.jit.script
+def script_mul(x: torch.Tensor, k: int) -> torch.Tensor:
+    return x * k
+
+
+def rref_sum(rref):
+    """Called with a user RRef as argument: fetches its value from the owner."""
+    return rref.to_here().sum()
+
+
+# ------------------------------------------------------------- helpers
+def name(rank: int) -> str:
+    return f"worker{rank}"
+
+
+def options(agent: str = "reference-tp", prefix: str = "a", **kwargs):
+    store = dist.PrefixStore(prefix, ctx.store)
+    return rpc.ReferenceRpcBackendOptions(agent=agent, store=store, rpc_timeout=kwargs.pop("rpc_timeout", 20.0),
+                                          **kwargs)
+
+
+def start(agent: str = "reference-tp", prefix: str = "a", **kwargs) -> None:
+    rpc.init_rpc(name(ctx.rank), rank=ctx.rank, world_size=ctx.world_size,
+                 rpc_backend_options=options(agent, prefix, **kwargs))
+
+
+@contextmanager
+def running(agent: str = "reference-tp", prefix: str = "a", **kwargs):
+    start(agent, prefix, **kwargs)
+    try:
+        yield rpc
+    finally:
+        rpc.shutdown()
+
+
+def error_of(call, *args, **kwargs):
+    """(type name, text, seconds) of what ``call`` raised, or (None, value, seconds)."""
+    begin = time.perf_counter()
+    try:
+        value = call(*args, **kwargs)
+    except Exception as exc:
+        return type(exc).__name__, str(exc), time.perf_counter() - begin
+    return None, value, time.perf_counter() - begin
+
+
+def peer() -> int:
+    return (ctx.rank + 1) % ctx.world_size
+
+
+# ------------------------------------------------------------- cases
+def basics(agent: str) -> dict:
+    """Every kind of call to the next rank and to self."""
+    with running(agent):
+        to = peer()
+        out = {
+            "sync_python": rpc.rpc_sync(name(to), add, args=(torch.ones(2), ctx.rank)),
+            "sync_by_rank": rpc.rpc_sync(to, whoami),
+            "sync_by_info": rpc.rpc_sync(rpc.get_worker_info(name(to)), whoami),
+            "builtin": rpc.rpc_sync(to, torch.add, args=(torch.ones(2), 1)),
+            "script": rpc.rpc_sync(to, script_mul, args=(torch.ones(2), 3)),
+            "self": rpc.rpc_sync(ctx.rank, whoami),
+            "kwargs": rpc.rpc_sync(to, add, kwargs={"a": 1, "b": 2}),
+            "async": rpc.rpc_async(to, add, args=(1, ctx.rank)).then(lambda f: f.value() * 10).wait(),
+            "async_execution": rpc.rpc_sync(to, async_twice, args=(name(ctx.rank), 5)),
+            "tensor_layouts": rpc.rpc_sync(to, add, args=(torch.arange(6.).reshape(2, 3).t(), 0)),
+            "many": torch.futures.wait_all([rpc.rpc_async(to, add, args=(i, 0)) for i in range(50)]),
+        }
+        rref = rpc.remote(to, Counter, args=(ctx.rank,))
+        out["remote_owner"] = (rref.owner_name(), rref.is_owner())
+        out["proxy_sync"] = rref.rpc_sync().add(1)
+        out["proxy_async"] = rref.rpc_async().add(1).wait()
+        out["proxy_remote"] = rref.remote().add(1).to_here()
+        out["confirmed"] = rref.confirmed_by_owner()
+        tensor_rref = rpc.remote(to, torch.ones, args=(3,))
+        out["rref_as_arg"] = rpc.rpc_sync((ctx.rank + 2) % ctx.world_size, rref_sum, args=(tensor_rref,))
+        local = rpc.RRef(torch.full((2,), 7.0))
+        out["local_rref"] = (local.is_owner(), rpc.rpc_sync(to, rref_sum, args=(local,)))
+        out["remote_error"] = error_of(lambda: rpc.remote(to, boom, args=("in remote",)).to_here())[:2]
+        out["udf_error"] = error_of(rpc.rpc_sync, to, boom, args=("marker-17",))[:2]
+        return out
+
+
+def init_shutdown_cycles(agents: list) -> list:
+    """init -> call -> shutdown, again and again in the same process (the suite reuses processes)."""
+    results = []
+    for i, agent in enumerate(agents):
+        with running(agent, prefix=f"cycle{i}"):
+            results.append((agent, rpc.rpc_sync(peer(), whoami), rpc.get_worker_info().id))
+    return results
+
+
+def not_initialized() -> list:
+    """Calls before init and after shutdown raise torch's RuntimeError."""
+    before = error_of(rpc.rpc_sync, 0, zero)[:2]
+    with running():
+        during = rpc.rpc_sync(peer(), zero)
+        again = error_of(start, prefix="twice")[:2]
+    after = [error_of(rpc.rpc_sync, 0, zero)[:2], error_of(rpc.rpc_async, 0, zero)[:2],
+             error_of(rpc.remote, 0, zero)[:2], error_of(rpc.get_worker_info)[:2], error_of(rpc.shutdown)[:2]]
+    return [before, during, again, after]
+
+
+def addressing_errors() -> list:
+    with running():
+        return [error_of(rpc.rpc_sync, 1.5, zero)[:2], error_of(rpc.rpc_sync, ctx.world_size, zero)[:2],
+                error_of(rpc.rpc_sync, -1, zero)[:2], error_of(rpc.rpc_sync, "nobody", zero)[:2],
+                error_of(rpc.rpc_sync, 0, 3)[:2], error_of(rpc.get_worker_info, "nobody")[:2]]
+
+
+def duplicate_names() -> tuple:
+    """Two workers claim one name: every worker's init_rpc says so."""
+    got = error_of(rpc.init_rpc, "same" if ctx.rank < 2 else name(ctx.rank), rank=ctx.rank,
+                   world_size=ctx.world_size, rpc_backend_options=options(prefix="dup"))[:2]
+    try:
+        rpc.shutdown(graceful=False)
+    except RuntimeError:
+        pass
+    return got
+
+
+def timeouts() -> dict:
+    """Per-call timeout, default timeout, to_here timeout, a late answer dropped, timeout=0."""
+    out = {}
+    with running(rpc_timeout=0.3):
+        to = peer()
+        out["per_call"] = error_of(rpc.rpc_sync, to, sleep_then, args=(1.0, "late"), timeout=0.2)
+        out["default"] = error_of(rpc.rpc_sync, to, sleep_then, args=(1.0, "late"))
+        out["async"] = error_of(lambda: rpc.rpc_async(to, sleep_then, args=(1.0, "late"), timeout=0.2).wait())
+        out["to_here"] = error_of(lambda: rpc.remote(to, sleep_then, args=(1.0, "late")).to_here(timeout=0.2))
+        out["no_timeout"] = error_of(rpc.rpc_sync, to, sleep_then, args=(0.5, "in time"), timeout=0)
+        time.sleep(1.0)  # the late answers arrive now and must be dropped
+        out["after"] = rpc.rpc_sync(to, add, args=(1, 2))
+        out["pending"] = len(rpc.api._current_agent()._pending)
+    return out
+
+
+def blocking_callee() -> dict:
+    """A callee busy in a blocking function still answers other requests (up to its pool size)."""
+    with running(num_worker_threads=4):
+        slow = rpc.rpc_async(peer(), sleep_then, args=(1.5, "slow"))
+        time.sleep(0.05)
+        quick = error_of(rpc.rpc_sync, peer(), add, args=(1, 1))
+        slow_value = slow.wait()
+        time.sleep(0.1)
+    return {"quick": quick, "slow": slow_value}
+
+
+def graceful_shutdown_in_flight() -> dict:
+    """shutdown() on every rank while rank 0's calls still run: they complete, then everyone stops."""
+    start(prefix="g")
+    futs = []
+    if ctx.rank == 0:
+        futs = [rpc.rpc_async(r, sleep_then, args=(0.5, r)) for r in range(1, ctx.world_size)]
+    begin = time.perf_counter()
+    rpc.shutdown()
+    took = time.perf_counter() - begin
+    return {"values": [f.wait() for f in futs], "took": took}
+
+
+def ungraceful_shutdown_fails_pending() -> dict:
+    """shutdown(graceful=False) with a call outstanding fails its future instead of waiting."""
+    start(prefix="u")
+    out = {}
+    if ctx.rank == 0:
+        fut = rpc.rpc_async(1, sleep_then, args=(1.0, "never seen"))
+        time.sleep(0.05)
+        rpc.shutdown(graceful=False)
+        out["pending"] = error_of(fut.wait)[:2]
+    else:
+        time.sleep(1.5)  # let the call finish (its answer goes nowhere), then leave
+        rpc.shutdown(graceful=False)
+    return out
+
+
+def stranger_refused() -> dict:
+    """A connection without the world's token is refused with the reason; the agent keeps serving."""
+    with running(prefix="s"):
+        agent = rpc.api._current_agent()
+        target = peer()
+        host, port = agent.store.get(f"tp/addr/{target}").decode().rsplit(":", 1)
+        replies = []
+        for hello in ({"token": "not-the-token", "rank": ctx.rank}, {"rank": 1}, None):
+            with socket.create_connection((host, int(port)), timeout=5) as sock:
+                if hello is None:
+                    sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                else:
+                    sock.sendall(tp_transport._hello_bytes(tp_transport.HELLO, hello))
+                kind, body = tp_transport._read_control(sock)
+                replies.append((kind, body.get("reason")))
+        # a real peer's rank claimed with the right token: refused too (it is connected)
+        token = agent.store.get("tp/token").decode()
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            claimed = ctx.world_size - 1  # connected already, or not a rank that dials the target
+            sock.sendall(tp_transport._hello_bytes(tp_transport.HELLO, {"token": token, "rank": claimed}))
+            kind, body = tp_transport._read_control(sock)
+            replies.append((kind, body.get("reason")))
+        still = rpc.rpc_sync(target, add, args=(torch.ones(2), 1))
+        time.sleep(0.1)
+        refused = list(agent.transport.refused)
+    return {"replies": replies, "still": still, "refused": refused}
+
+
+def light_rpc_rate(calls: int) -> dict:
+    """Rank 0's sync loop and async burst to rank 1 (numbers only: no assert on time)."""
+    with running(prefix="rate"):
+        out = {}
+        if ctx.rank == 0:
+            for _ in range(50):
+                rpc.rpc_sync(1, zero)
+            times = []
+            for _ in range(calls):
+                begin = time.perf_counter()
+                rpc.rpc_sync(1, zero)
+                times.append(time.perf_counter() - begin)
+            times.sort()
+            begin = time.perf_counter()
+            torch.futures.wait_all([rpc.rpc_async(1, zero) for _ in range(calls)])
+            out = {"p50_us": times[calls // 2] * 1e6, "p99_us": times[int(calls * 0.99)] * 1e6,
+                   "sync_per_s": calls / sum(times), "async_per_s": calls / (time.perf_counter() - begin)}
+    return out
