@@ -422,3 +422,13 @@ def test_light_rpc_rate_report(rworld, record_property):
     for key, value in out.items():
         record_property(key, round(value, 1))
     print(out)
+
+
+def test_profiled_calls_carry_remote_events(rworld):
+    """Under the legacy profiler an RPC is recorded under torch's key, with the callee's ops as #remote_op: rows."""
+    ws = rworld.world_size
+    for rank, names in enumerate(rworld.run(fns.profiled_call)):
+        to = (rank + 1) % ws
+        key = f"rpc_sync#aten::add(worker{rank} -> worker{to})"
+        assert key in names and f"{key}#remote_op: aten::add" in names, names
+        assert f"rpc_async#add(worker{rank} -> worker{to})#remote_op: aten::add" in names, names

@@ -87,7 +87,7 @@ def init_rpc(name, backend=None, rank=-1, world_size=None, rpc_backend_options=N
             # torch's rule: a PrefixStore per init, so re-inits in one process never collide
             store = dist.PrefixStore(f"reference_rpc_{_init_counter}", store)
             _init_counter += 1
-        torch._C._distributed_rpc._set_profiler_node_id(rank)
+        profiling.set_node_id(rank)  # torch's _set_profiler_node_id(rank), as torch's init_rpc
         agent = Agent(name, rank, world_size, options, store, _make_transport(options))
         # current before it starts (as torch's _set_and_start_rpc_agent): a peer that
         # started first may already be calling, and its functions use this API

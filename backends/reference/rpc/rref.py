@@ -29,7 +29,7 @@ from functools import partial
 import torch
 from torch.distributed.rpc import functions
 
-from . import serialize
+from . import profiling, serialize
 
 UNSET = -1.0  # torch's UNSET_RPC_TIMEOUT
 
@@ -88,7 +88,8 @@ class RRef:
         """The value: a copy fetched from the owner (or the owner's own value)."""
         if self._is_owner:
             return self._agent.rrefs.local_value(self.rref_id)
-        return self._agent.fetch(self, timeout).wait()
+        with profiling.to_here_scope(self._agent.name, self.owner_name()):
+            return self._agent.fetch(self, timeout).wait()
 
     def _get_future(self):
         """The future of this RRef's creation (completed at once for anything but a remote() result)."""
