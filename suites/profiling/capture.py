@@ -1,0 +1,127 @@
+"""Rank side: profile one workload and return what the clauses check, as plain data.
+
+Runs inside rank processes (``World.run``). Only rank 0 profiles; the other
+ranks return None at once and keep serving RPCs from their agent's threads.
+Everything returned is picklable: no FunctionEvent crosses the process
+boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+
+import torch
+from torch.autograd import profiler_legacy
+
+from backends import rpc_agents
+from suites.profiling.workloads import WORKLOADS
+
+
+def event_record(evt) -> dict:
+    return {
+        "name": evt.name,
+        "node_id": evt.node_id,
+        "input_shapes": [list(s) for s in evt.input_shapes] if evt.input_shapes else [],
+        "is_remote": bool(evt.is_remote),
+        "thread": evt.thread,
+        "start_us": float(evt.time_range.start),
+        "end_us": float(evt.time_range.end),
+        "cpu_memory_usage": int(evt.cpu_memory_usage),
+    }
+
+
+def legacy_profile(**kwargs):
+    with warnings.catch_warnings():  # deprecated, and still the only profiler RPC profiling works with
+        warnings.simplefilter("ignore")
+        return profiler_legacy.profile(**kwargs)
+
+
+def _rank() -> int:
+    from fixtures.rank import ctx
+
+    return ctx.rank
+
+
+def profile_workload(agent: str, workload: str, mode: str, *, record_shapes: bool = True,
+                     profile_memory: bool = False, warmup: int = 0, profiler: str = "legacy",
+                     table: bool = False, trace_path: str | None = None):
+    """On rank 0: run ``workload`` in ``mode`` under a profiler; its events (and table / chrome trace)."""
+    if _rank() != 0:
+        return None
+    api = rpc_agents.api(agent)
+    work = WORKLOADS[workload]
+    args = work.args(agent)
+    for _ in range(warmup):  # first calls compile (TorchScript "defaults") and fill caches
+        with legacy_profile(record_shapes=record_shapes, profile_memory=profile_memory):
+            work.call(agent, api, mode, args)
+    if profiler == "legacy":
+        prof = legacy_profile(record_shapes=record_shapes, profile_memory=profile_memory)
+        with prof:
+            work.call(agent, api, mode, args)
+        events = prof.function_events
+    elif profiler == "kineto":
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    record_shapes=record_shapes, profile_memory=profile_memory) as prof:
+            work.call(agent, api, mode, args)
+            torch.zeros(1)  # proof the profiler records (the RPC itself may run no op here)
+        events = prof.events()
+    else:
+        raise ValueError(f"unknown profiler {profiler!r}; known: legacy, kineto")
+    out = {"events": [event_record(e) for e in events]}
+    if table:
+        out["table"] = prof.key_averages().table(row_limit=-1)
+    if trace_path is not None:
+        os.makedirs(os.path.dirname(trace_path) or ".", exist_ok=True)
+        prof.export_chrome_trace(trace_path)
+        with open(trace_path) as f:
+            out["trace"] = json.load(f)
+    return out
+
+
+def profile_locally(workload: str) -> list[dict]:
+    """On rank 0: the workload's function run here, under the legacy profiler with shapes."""
+    if _rank() != 0:
+        return None
+    work = WORKLOADS[workload]
+    args = work.args("local")
+    with legacy_profile(record_shapes=True) as prof:
+        work.func(*args)
+    return [event_record(e) for e in prof.function_events]
+
+
+def profile_failing_call(agent: str, mode: str):
+    """On rank 0: an RPC that fails on the callee, under the legacy profiler: (error text, events)."""
+    if _rank() != 0:
+        return None
+    api = rpc_agents.api(agent)
+    error = None
+    # a builtin whose arguments do not broadcast: the request itself fails on the callee
+    func, args = torch.add, (torch.ones(2), torch.ones(3))
+    with legacy_profile(record_shapes=True) as prof:
+        try:
+            if mode == "sync":
+                api.rpc_sync("worker1", func, args=args)
+            else:
+                api.rpc_async("worker1", func, args=args).wait()
+        except Exception as exc:  # noqa: BLE001 - the error is what the clause checks
+            error = f"{type(exc).__name__}: {exc}"
+    return {"error": error, "events": [event_record(e) for e in prof.function_events]}
+
+
+# ----------------------------------------------------- TensorPipe baseline
+def start_tensorpipe(init_dir: str, num_worker_threads: int = 16) -> None:
+    from fixtures.rank import ctx
+
+    rpc_agents.start_agent("tensorpipe", rank=ctx.rank, world_size=ctx.world_size, store=None,
+                           init_file=os.path.join(init_dir, "rendezvous"), num_worker_threads=num_worker_threads)
+
+
+def stop_tensorpipe() -> None:
+    rpc_agents.stop_agent("tensorpipe")
+
+
+def new_init_dir() -> str:
+    return tempfile.mkdtemp(prefix="distconform-profiling-tp-")

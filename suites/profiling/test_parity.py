@@ -1,0 +1,50 @@
+"""Contract: profiling an RPC under the legacy profiler shows the same events on every agent as on TensorPipe.
+
+torch 2.13 profiles remote work only under torch.autograd.profiler_legacy
+(rpc.api._get_should_profile). For each workload (builtin add and mul, a
+Python function doing several ops, a TorchScript function, a call to self,
+an @async_execution function calling a third worker) and each way of calling
+it (rpc_sync, rpc_async, remote + to_here), the caller's profile, as the
+multiset of (event name, node id, input shapes) with record_shapes on, is
+exactly TensorPipe's: the RPC's own event
+``rpc_{mode}#{name}({src} -> {dst})``, every op the callee ran renamed
+``key#remote_op: op`` with the callee's node id, nested RPCs chained, the
+``to_here#(self)->(owner)`` event, and nothing of the agent's own machinery.
+Times and thread ids are not compared. The per-agent table goes to
+``<report-dir>/profiling/parity.md``.
+"""
+
+import pytest
+
+from suites.profiling import capture, parity
+from suites.profiling.workloads import MODES, NESTED, WORKLOADS
+
+DIRECT = [name for name in WORKLOADS if name != NESTED]
+
+
+def check_parity(rpc_agent, tensorpipe_baseline, parity_report, workload: str, mode: str):
+    if rpc_agent.name == "tensorpipe":
+        pytest.skip("tensorpipe is the baseline: its own samples define the expected events")
+    expected, samples = tensorpipe_baseline.get(rpc_agent.world_size, workload, mode, record_shapes=True)
+    out = rpc_agent.run(capture.profile_workload, rpc_agent.name, workload, mode, record_shapes=True, warmup=1)[0]
+    actual = parity.multiset(out["events"])
+    diffs = parity.compare(expected, actual)
+    target = f"{rpc_agent.world.spec.name}-ws{rpc_agent.world_size}"
+    parity_report.add(parity.ParityRow(target, rpc_agent.name, workload, mode, not diffs, samples,
+                                       [d.line() for d in diffs]))
+    assert not diffs, (f"{rpc_agent.name} {workload} {mode}: {len(diffs)} events differ from TensorPipe's\n"
+                       + "\n".join(d.line() for d in diffs))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("workload", DIRECT)
+def test_events_match_tensorpipe(rpc_agent, tensorpipe_baseline, parity_report, workload, mode):
+    """A profiled RPC's events (name, node id, input shapes, count) are exactly TensorPipe's."""
+    check_parity(rpc_agent, tensorpipe_baseline, parity_report, workload, mode)
+
+
+@pytest.mark.min_world_size(3)
+@pytest.mark.parametrize("mode", MODES)
+def test_nested_async_events_match_tensorpipe(rpc_agent, tensorpipe_baseline, parity_report, mode):
+    """An @async_execution function calling a third worker: chained keys, node ids and async work as TensorPipe."""
+    check_parity(rpc_agent, tensorpipe_baseline, parity_report, NESTED, mode)

@@ -1,0 +1,106 @@
+"""The profiling parity workloads: RPCs a user profiles, the same for every agent.
+
+Each workload is one caller-side function run on rank 0 (``worker0``) under
+the legacy profiler; ``api`` is the agent's torch.distributed.rpc-like module
+(backends/rpc_agents.api). The functions the callee runs are module-level
+here, so every agent (and TensorPipe's pickler) can find them by name, and
+the ones that call onward take the agent's name, because the callee must
+use the same agent for its own RPCs.
+
+Modes: ``sync`` (rpc_sync), ``async`` (rpc_async + wait), ``remote``
+(remote + to_here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.distributed.rpc.functions import async_execution
+
+from backends import rpc_agents
+
+
+# ---------------------------------------------------------------- callee side
+def udf_several_ops(x):
+    """A Python function doing several ops on the callee."""
+    y = torch.add(x, 1)
+    z = torch.mul(y, y)
+    return torch.relu(z - 3)
+
+
+@torch.jit.script
+def script_add_mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.mul(torch.add(x, y), 2)
+
+
+def slow_add(x, y):
+    """The innermost function of the nested workload (runs on worker2)."""
+    return torch.add(x, y)
+
+
+@async_execution
+def async_add(agent, to, x, y):
+    """Runs on worker1: forwards to ``to`` and answers when that answers (@async_execution)."""
+    api = rpc_agents.api(agent)
+    return api.rpc_async(to, slow_add, args=(x, y)).then(lambda fut: fut.wait() + 1)
+
+
+# ---------------------------------------------------------------- caller side
+def _rpc_profiled() -> bool:
+    """torch.distributed.rpc.api._get_should_profile: the legacy profiler is on in this thread."""
+    return (torch.autograd._profiler_enabled()
+            and torch._C._autograd._profiler_type() == torch._C._profiler.ActiveProfilerType.LEGACY)
+
+
+def _call(api, mode, to, func, args):
+    if mode == "sync":
+        return api.rpc_sync(to, func, args=args)
+    if mode == "async":
+        return api.rpc_async(to, func, args=args).wait()
+    if mode == "remote":
+        rref = api.remote(to, func, args=args)
+        value = rref.to_here()
+        # The RPC's profiling record ends when the owner confirms the RRef, which
+        # may come after to_here() returns; wait for it (as torch's rpc_test does),
+        # or the record would still be open when the profiler stops.
+        # (torch's RRef keeps that future apart; an agent without the method hands
+        # out the profiled creation future from _get_future)
+        profiled = getattr(rref, "_get_profiling_future", None) if _rpc_profiled() else None
+        (profiled() if profiled is not None else rref._get_future()).wait()
+        return value
+    raise ValueError(f"unknown RPC mode {mode!r}; known: sync, async, remote")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One RPC: ``func(*args(agent))`` on worker ``dst``, called the way a mode says."""
+
+    name: str
+    dst: int
+    func: Callable
+    args: Callable  # agent name -> the call's arguments (made before profiling starts)
+    min_world_size: int = 2
+    description: str = ""
+
+    def call(self, agent: str, api, mode: str, args: tuple):
+        return _call(api, mode, rpc_agents.worker_name(self.dst), self.func, args)
+
+
+MODES = ("sync", "async", "remote")
+
+WORKLOADS = {w.name: w for w in (
+    Workload("builtin_add", 1, torch.add, lambda agent: (torch.ones(3), 1), description="torch.add on worker1"),
+    Workload("builtin_mul", 1, torch.mul, lambda agent: (torch.ones(2, 3), torch.ones(2, 3)),
+             description="torch.mul on worker1"),
+    Workload("python_udf", 1, udf_several_ops, lambda agent: (torch.ones(2, 2),),
+             description="a Python function doing several ops on worker1"),
+    Workload("torchscript", 1, script_add_mul, lambda agent: (torch.ones(3), torch.ones(3)),
+             description="a TorchScript function on worker1"),
+    Workload("nested_async", 1, async_add, lambda agent: (agent, "worker2", torch.ones(2), torch.ones(2)),
+             min_world_size=3, description="an @async_execution function on worker1 that calls worker2"),
+    Workload("call_self", 0, torch.add, lambda agent: (torch.ones(3), 1), description="torch.add on the caller itself"),
+)}
+
+NESTED = "nested_async"  # the workload whose chrome trace goes to the report
