@@ -22,6 +22,9 @@ The agent core calls these seams::
     absorb_response(call, envelope_or_None)                        # response arrived, before raw_future completes
     fut = run_profiled(fields, run)   # callee; run() -> Future; fut -> (result, envelope)
     with to_here_scope(self_name, owner_name): ...                 # UserRRef.to_here
+    with unrecorded(): ...    # the agent's own work on a user's thread: pickling, self-call
+                              # copies, transport sends (api._invoke around agent.call,
+                              # to_here around agent.fetch, Agent._send for RRef messages)
 
 Three things torch does in C++ with thread-local state that Python cannot
 reach are done with sessions of extra records (profiling_records.py):
