@@ -62,6 +62,7 @@ short-circuits them), which matters because gloo cannot send to its own rank.
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import struct
@@ -90,6 +91,7 @@ STOP_KIND = -1  # transport control frame: "no more frames from me to you"
 SHUTDOWN_JOIN_S = 10.0  # bound of a shutdown whose peers do not answer
 LAST_STOP_GRACE_S = 0.5  # the listener's last steps after the last STOP arrived
 START_TIMEOUT_S = 60.0
+RECV_DEPTH = 8  # receives from any source kept posted by the listener
 # The listener waits for its next frame for as long as the agent lives: an idle agent is
 # not an error. c10d has one timeout per group, so the group gets a very long one
 # (after every rank is known to be present, see start()).
@@ -268,6 +270,7 @@ def check_backend_carries_cpu(backend: str) -> None:
 class PgTransport(Transport):
     name = "reference-pg"
     shutdown_join_s = SHUTDOWN_JOIN_S
+    recv_depth = RECV_DEPTH
 
     def __init__(self) -> None:
         self._group = None
@@ -415,14 +418,26 @@ class PgTransport(Transport):
 
     # ------------------------------------------------------------ receive
     def _listen(self) -> None:
-        meta = torch.zeros(META_BYTES, dtype=torch.uint8)
         group = self._group
+        # RECV_DEPTH receives from any source stay posted, so the backend can match an
+        # incoming frame at once (gloo hands a send over only once a receive is posted, a
+        # rendezvous its own threads then finish without us). The backend matches them in
+        # the order they were posted, and we take them in that order: per-peer order holds.
+        posted = collections.deque()
+        try:
+            for _ in range(self.recv_depth):
+                meta = torch.zeros(META_BYTES, dtype=torch.uint8)
+                posted.append((meta, group.recv_anysource([meta], META_TAG)))
+        except Exception as exc:
+            self._listener_failed(f"posting a receive from any rank failed: {exc}")
+            return
         while True:
             try:
-                work = group.recv_anysource([meta], META_TAG)
+                meta, work = posted.popleft()
                 work.wait()
                 src = work._source_rank()
-                raw = meta.numpy().tobytes()  # a copy: the buffer is reused for the next frame
+                raw = meta.numpy().tobytes()  # a copy: the buffer is posted again right away
+                posted.append((meta, group.recv_anysource([meta], META_TAG)))
             except Exception as exc:
                 self._listener_failed(f"receiving from any rank failed: {exc}")
                 return
