@@ -255,6 +255,7 @@ def test_cli_counts_wrong_answers(tmp_path):
     (("--agent", "tensorpipe,grpc"), "--agent: unknown 'grpc'; known: tensorpipe, reference-pg, reference-tp"),
     (("--modes", "burst"), "--modes: unknown 'burst'; known: async, sync"),
     (("--world-size", "1"), "--world-size: need world sizes >= 2"),
+    (("--profile-benchmarks", "medium"), "--profile-benchmarks: unknown 'medium'; known: light, heavy"),
     (("--plant", "tensorpipe:crash"), "--plant: 'tensorpipe:crash' is not AGENT:FAULT"),
     (("--baseline", "/nonexistent/rpc.json"), "--baseline: cannot read /nonexistent/rpc.json"),
 ])

@@ -63,7 +63,7 @@ from suites.stress.common import (WorldSlot, backend_registry, csv_list, device_
 
 BENCHMARKS = ("light", "heavy")
 MODES = ("async", "sync")
-PROFILED_BENCHMARKS = ("light",)  # issue 5: the light benchmark under the legacy profiler
+PROFILED_BENCHMARKS = ("light",)  # issue 5: the light benchmark under the legacy profiler (the default)
 DEFAULT_AGENTS = ("tensorpipe", "reference-pg", "reference-tp")
 BASE_AGENT = "tensorpipe"  # what the others are compared with
 PLANTABLE = ("stall", "wrong")  # rpc_udfs functions the --plant test hook can put in place of light()
@@ -121,6 +121,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="run every measurement N times and keep the fastest (less noise) (default: 1)")
     parser.add_argument("--profile", action="store_true",
                         help="also run the light benchmark under torch.autograd.profiler_legacy.profile")
+    parser.add_argument("--profile-benchmarks", default=",".join(PROFILED_BENCHMARKS), metavar="NAMES",
+                        help=f"with --profile: which benchmarks run profiled too (default: {','.join(PROFILED_BENCHMARKS)})")
     parser.add_argument("--report-dir", default="reports/out", help="where stress.json goes (default: reports/out)")
     parser.add_argument("--baseline", metavar="FILE", help="compare with this baseline (or an earlier stress.json)")
     parser.add_argument("--max-regression", type=float, default=20.0, metavar="PCT",
@@ -166,6 +168,7 @@ def _check_args(args) -> None:
         raise UsageError("--world-size: need world sizes >= 2 (every rank calls the next one)")
     args.benchmark_list = _subset("--benchmarks", args.benchmarks, BENCHMARKS)
     args.mode_list = _subset("--modes", args.modes, MODES)
+    args.profiled_list = _subset("--profile-benchmarks", args.profile_benchmarks, BENCHMARKS)
     if min(args.calls, args.heavy_calls, args.repeat) < 1 or args.warmup < 0:
         raise UsageError("--calls, --heavy-calls and --repeat must be >= 1, --warmup >= 0")
     if args.max_regression < 0:
@@ -205,7 +208,7 @@ def plan(args) -> list[tuple[str, str, bool]]:
     for benchmark in args.benchmark_list:
         for mode in args.mode_list:
             steps.append((benchmark, mode, False))
-            if args.profile and benchmark in PROFILED_BENCHMARKS:
+            if args.profile and benchmark in args.profiled_list:
                 steps.append((benchmark, mode, True))
     return steps
 
@@ -548,7 +551,7 @@ def print_profile_table(records: list[dict]) -> None:
     say()
     say("# under torch.autograd.profiler_legacy.profile: before (unprofiled) / after (profiled); "
         "overhead = profiled seconds / unprofiled seconds")
-    for benchmark, mode in sorted({(r["benchmark"], r["mode"]) for r in profiled}, key=lambda x: (x[0], x[1])):
+    for benchmark, mode in dict.fromkeys((r["benchmark"], r["mode"]) for r in profiled):  # in run order
         say(f"# {benchmark} {mode}")
         say(_header(PROFILE_TABLE))
         for r in profiled:
@@ -590,6 +593,7 @@ def _config(args) -> dict:
     return {"agents": args.agents, "backends": args.backends, "world_sizes": args.world_sizes,
             "benchmarks": args.benchmark_list, "modes": args.mode_list, "calls": args.calls,
             "heavy_calls": args.heavy_calls, "warmup": args.warmup, "repeat": args.repeat, "profile": args.profile,
+            "profile_benchmarks": args.profiled_list if args.profile else [],
             "deadline": args.deadline, "rpc_timeout": args.rpc_timeout,
             "num_worker_threads": args.num_worker_threads, "backend_plugins": args.backend_plugin,
             "planted": args.planted}

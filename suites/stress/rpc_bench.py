@@ -76,7 +76,9 @@ def _profile_summary(prof, exit_seconds: float) -> dict:
     events = prof.function_events
     own = {-1, ctx.rank}
     remote = sum(1 for e in events if getattr(e, "node_id", -1) not in own)
-    rpc_records = sum(1 for e in events if e.name.startswith(("rpc_async#", "rpc_sync#")))
+    # the caller's own records of its RPCs (remote events are named after them too, with "#remote_op: ...")
+    rpc_records = sum(1 for e in events if e.name.startswith(("rpc_async#", "rpc_sync#"))
+                      and getattr(e, "node_id", -1) in own)
     return {"events": len(events), "rpc_records": rpc_records, "remote_events": remote,
             "exit_seconds": exit_seconds}
 
