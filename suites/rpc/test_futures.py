@@ -17,7 +17,7 @@ from suites.rpc import lifecycle, udfs
 from suites.rpc.common import outcome_of, peer_name
 from fixtures.rank import ctx
 
-SLOW_S = 1.0  # a call that is still running while the clause looks at its future
+SLOW_S = 0.6  # a call that is still running while the clause looks at its future
 MANY = 8
 
 
