@@ -27,10 +27,15 @@ One frame is, in this order, from one sender to one receiver:
 Frames to one peer never interleave: all messages of a frame are posted under
 that peer's lock (posting does not block; completion is awaited outside the
 lock), and c10d keeps messages of one tag between one pair in order. send()
-returns once its messages are taken (backpressure, and errors raise in the
-caller), except on the listener thread itself (an agent answering from
-deliver()): there a helper thread awaits them, because two gloo listeners
-each waiting for the other to take a send would deadlock.
+returns once its messages are posted; a completer thread awaits them in
+posting order (on gloo a send completes only when the receiver takes it: a
+caller that waited for that would pay the rendezvous on every frame). What
+is posted and not yet taken is bounded (``MAX_INFLIGHT_FRAMES``,
+``MAX_INFLIGHT_BYTES``): beyond it send() waits, except on the listener
+thread (an agent answering from deliver()), whose frames are what frees a
+peer's credit. A send that cannot be posted raises TransportError naming
+the peer; one that fails after send() returned loses the peer through
+``on_peer_lost`` (and later sends to it raise).
 
 Shutdown is a close handshake per direction, like TCP's FIN: ``shutdown()``
 sends a STOP frame (``kind = STOP_KIND``, never delivered) to every peer; a
@@ -92,6 +97,9 @@ SHUTDOWN_JOIN_S = 10.0  # bound of a shutdown whose peers do not answer
 LAST_STOP_GRACE_S = 0.5  # the listener's last steps after the last STOP arrived
 START_TIMEOUT_S = 60.0
 RECV_DEPTH = 8  # receives from any source kept posted by the listener
+# Frames posted and not yet taken by their receivers, at most (one frame always passes).
+MAX_INFLIGHT_FRAMES = 256
+MAX_INFLIGHT_BYTES = 64 << 20
 # The listener waits for its next frame for as long as the agent lives: an idle agent is
 # not an error. c10d has one timeout per group, so the group gets a very long one
 # (after every rank is known to be present, see start()).
@@ -290,7 +298,8 @@ class PgTransport(Transport):
         self._listener_error: str | None = None
         self._group_destroyed = False
         self.clean_close: bool | None = None  # set by shutdown(): every STOP exchanged, group destroyed
-        self._completions: queue.SimpleQueue | None = None  # sends posted by the listener thread
+        self._completions: queue.SimpleQueue | None = None  # posted sends, awaited by the completer
+        self._credits = _Credits(MAX_INFLIGHT_FRAMES, MAX_INFLIGHT_BYTES)
         self._completion_thread: threading.Thread | None = None
         self.frames_received = 0
 
@@ -338,14 +347,16 @@ class PgTransport(Transport):
         if frame.kind == STOP_KIND:
             raise ValueError(f"frame kind {STOP_KIND} is reserved for the transport's STOP frame")
         meta, body, datas = encode(frame)
-        works, keep = self._post(dst, meta, body, datas)
-        if threading.current_thread() is self._listener:
-            # deliver() sent (the agent answers from a completion callback). Waiting here
-            # could deadlock: on gloo a send completes only when the peer's listener takes
-            # it, and that listener may be waiting, in the same way, for ours.
-            self._completer().put((dst, works, keep))
-            return
-        self._await(dst, works, keep)
+        nbytes = META_BYTES + (body.numel() if body is not None else 0) + sum(d.numel() for d in datas)
+        # The listener never waits for credit: its frames (answers sent from deliver()) are
+        # what frees the peer's credit, and the peer's listener ours.
+        self._credits.acquire(nbytes, wait=threading.current_thread() is not self._listener)
+        try:
+            works, keep = self._post(dst, meta, body, datas)
+        except BaseException:
+            self._credits.release(nbytes)
+            raise
+        self._completer().put((dst, works, keep, nbytes))
 
     def _completer(self) -> queue.SimpleQueue:
         with self._state:
@@ -358,15 +369,19 @@ class PgTransport(Transport):
             return self._completions
 
     def _complete_loop(self, completions: queue.SimpleQueue) -> None:
-        """Wait for the sends the listener posted; a failure loses the peer, as in send()."""
+        """Wait, in posting order, for the sends to complete; a failure loses the peer."""
         while True:
             item = completions.get()
             if item is None:
                 return
+            dst, works, keep, nbytes = item
             try:
-                self._await(*item)
+                self._await(dst, works, keep)
             except TransportError:
                 pass  # _await told the agent through on_peer_lost
+            finally:
+                del keep, item
+                self._credits.release(nbytes)
 
     def _post(self, dst: int, meta, body, datas, stop: bool = False):
         """Post every message of one frame under ``dst``'s lock; returns (works, tensors to keep alive)."""
@@ -590,6 +605,32 @@ class PgTransport(Transport):
                     "closed": dict(self._closed_reason), "listener_error": self._listener_error,
                     "listener_alive": bool(self._listener and self._listener.is_alive()),
                     "frames_received": self.frames_received, "group_destroyed": self._group_destroyed}
+
+
+class _Credits:
+    """Bounds what send() has posted and the receivers have not taken yet: backpressure
+    without making every caller wait for its own frame's rendezvous."""
+
+    def __init__(self, max_frames: int, max_bytes: int):
+        self._cond = threading.Condition()
+        self._max_frames, self._max_bytes = max_frames, max_bytes
+        self.frames = self.bytes = 0
+
+    def _fits(self, nbytes: int) -> bool:
+        return self.frames == 0 or (self.frames < self._max_frames and self.bytes + nbytes <= self._max_bytes)
+
+    def acquire(self, nbytes: int, wait: bool = True) -> None:
+        with self._cond:
+            if wait:
+                self._cond.wait_for(lambda: self._fits(nbytes))
+            self.frames += 1
+            self.bytes += nbytes
+
+    def release(self, nbytes: int) -> None:
+        with self._cond:
+            self.frames -= 1
+            self.bytes -= nbytes
+            self._cond.notify_all()
 
 
 def _wait_all(works, timeout: float) -> bool:
