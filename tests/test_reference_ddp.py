@@ -12,6 +12,7 @@ and that both meet the closed-form values of the spec
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 import sys
@@ -505,6 +506,78 @@ def rank_reference_backend_training():
     return rank_mean_loss_equals_single_process(("reference",))["reference"]
 
 
+class Mixture(nn.Module):
+    """Four branches the scenario switches on and off per rank and iteration; one may be float64."""
+
+    def __init__(self, double_branch):
+        super().__init__()
+        self.m0, self.m1, self.m2 = nn.Linear(6, 6), nn.Linear(6, 6), nn.Linear(6, 4, bias=False)
+        self.m3 = nn.Linear(6, 6).double() if double_branch else nn.Linear(6, 6)
+        self.register_buffer("steps", torch.zeros(1))
+
+    def forward(self, x, mask, as_dict):
+        self.steps += 1
+        outs = {}
+        for i, branch in enumerate((self.m0, self.m1, self.m2, self.m3)):
+            if mask[i]:
+                y = branch(x.to(next(branch.parameters()).dtype)).float()
+                outs[f"o{i}"] = y
+        return outs if as_dict else tuple(outs.values())
+
+
+def run_scenario(impl, base, scenario):
+    """Per iteration: the grads (or the error text) one DDP produces for the scenario."""
+    torch.manual_seed(0)
+    options = {k: scenario[k] for k in ("find_unused_parameters", "static_graph", "gradient_as_bucket_view",
+                                        "bucket_cap_mb")}
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hook = {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook}.get(scenario["hook"])
+    record = []
+    try:
+        ddp = wrap(impl, copy.deepcopy(base), **options)
+        if hook is not None:
+            ddp.register_comm_hook(None, hook)
+        for it, step in enumerate(scenario["steps"]):
+            if step["zero_grad"]:
+                ddp.zero_grad(set_to_none=True)
+            x = torch.randn(3, 6, generator=torch.Generator().manual_seed(100 * it + ctx.rank))
+            sync = ddp.no_sync() if step["no_sync"] else contextlib.nullcontext()
+            with sync:
+                out = ddp(x, step["mask"][ctx.rank], scenario["as_dict"])
+                values = out.values() if isinstance(out, dict) else out
+                sum(v.square().sum() for v in values).backward()
+            record.append(grads(ddp.module))
+    except RuntimeError as exc:
+        record.append(str(exc))
+    return record
+
+
+def describe_difference(a, b):
+    for it, (x, y) in enumerate(zip(a, b)):
+        if isinstance(x, str) or isinstance(y, str):
+            if x != y:
+                return f"iteration {it}: {str(x)[:200]!r} vs {str(y)[:200]!r}"
+        elif not same_grads(x, y):
+            return f"iteration {it}: gradients differ"
+    if len(a) != len(b):
+        return f"{len(a)} vs {len(b)} iterations"
+    return None
+
+
+def rank_scenarios(scenarios):
+    """Each scenario under both DDPs; the differences (empty if the reference DDP matches torch exactly)."""
+    differences = []
+    for number, scenario in enumerate(scenarios):
+        torch.manual_seed(number)
+        base = Mixture(scenario["double_branch"])
+        results = {impl: run_scenario(impl, base, scenario) for impl in IMPLS}
+        difference = describe_difference(results["reference"], results["torch"])
+        if difference:
+            differences.append((number, scenario, difference))
+    return differences
+
+
 # ================================================================ pytest side
 @pytest.fixture(scope="module")
 def registry():
@@ -778,3 +851,64 @@ def test_reference_process_group(registry):
         assert all(err < 1e-6 for err in world.run(rank_reference_backend_training))
     finally:
         world.close()
+
+
+# ---------------------------------------------------------------- differential scenarios
+def draw_scenario(rng: random.Random, world_size: int) -> dict:
+    """A random training run: DDP options, comm hook, per-iteration no_sync/zero_grad and per-rank branch use.
+
+    Only runs torch completes on every rank alike are drawn (an error on one
+    rank only would leave the others in a collective): without unused-parameter
+    search every rank uses the same branches; a static graph keeps its first
+    iteration's use.
+    """
+    find_unused = rng.random() < 0.5
+    static = rng.random() < 0.3
+
+    def mask(per_rank):
+        if per_rank:
+            rows = [[rng.random() < 0.7 for _ in range(4)] for _ in range(world_size)]
+        else:
+            rows = [[rng.random() < 0.8 for _ in range(4)]] * world_size
+        for row in rows:
+            row[0] = True  # the loss always depends on some parameter
+        return rows
+
+    fixed = mask(per_rank=find_unused or static)
+    if not find_unused and not static and rng.random() < 0.8:
+        fixed = [[True] * 4] * world_size  # mostly runs that succeed; sometimes the A7 error path
+    steps = []
+    for _ in range(4):
+        if find_unused and not static:
+            use = mask(per_rank=True)
+        else:
+            use = fixed
+        after_no_sync = bool(steps) and steps[-1]["no_sync"]
+        # zero_grad(set_to_none) right after no_sync drops gradients the used-map still counts: torch raises
+        # "Encountered gradient which is undefined" on the ranks concerned only, and the others hang
+        steps.append({"mask": use, "no_sync": not static and rng.random() < 0.25,
+                      "zero_grad": not after_no_sync and rng.random() < 0.6})
+    never_finishes = not find_unused and not static and not all(all(row) for row in fixed)
+    return {
+        "find_unused_parameters": find_unused,
+        "static_graph": static,
+        # a reduction that never finishes leaves bucket-view gradients mid-all-reduce: undefined, not compared
+        "gradient_as_bucket_view": not never_finishes and rng.random() < 0.4,
+        "bucket_cap_mb": rng.choice([None, None, 0.0002, 0.001]),
+        "hook": rng.choice([None, None, "allreduce", "fp16"]),
+        "double_branch": rng.random() < 0.3,
+        "as_dict": rng.random() < 0.3,
+        "steps": steps,
+    }
+
+
+@pytest.mark.parametrize("world_name", ["world2", "world3"])
+def test_random_training_runs_equal_torch(request, world_name):
+    """60 random runs per world size (options x comm hook x no_sync x per-rank unused branches): same grads or same error as torch."""
+    world = request.getfixturevalue(world_name)
+    rng = random.Random(20261121 + world.world_size)
+    scenarios = [draw_scenario(rng, world.world_size) for _ in range(60)]
+    results = world.run(rank_scenarios, scenarios, deadline=240)
+    for rank, differences in enumerate(results):
+        assert not differences, f"rank {rank}: " + "; ".join(
+            f"scenario {n} {d} ({s})" for n, s, d in differences[:3])
