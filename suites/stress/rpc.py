@@ -54,6 +54,7 @@ import shutil
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 
 from backends import rpc_agents
@@ -272,7 +273,7 @@ class RpcBench:
         self.unavailable: list[dict] = []
         self._init_dir = tempfile.mkdtemp(prefix="distconform-rpc-stress-")
         self._starts = 0
-        self._started: dict[int, set] = {}  # id(world) -> agents started in its processes
+        self._started = weakref.WeakKeyDictionary()  # World -> agents started in its processes
 
     # -------------------------------------------------------------- errors
     def _error(self, key: dict, stage: str, exc: BaseException, skipped=()) -> None:
@@ -340,15 +341,13 @@ class RpcBench:
 
         try:
             world = slot.get()
-            started_here = self._started.setdefault(id(world), set())
-            if key["agent"] in started_here and rpc_agents.get(key["agent"]).one_start_per_process:
+            if key["agent"] in self._started.get(world, ()) and rpc_agents.get(key["agent"]).one_start_per_process:
                 world.kill()  # a second start in these processes would not be a clean agent (rpc_agents.py)
                 world = slot.get()
-                started_here = self._started.setdefault(id(world), set())
         except Exception as exc:
             self._error(key, "world start", exc, remaining)
             return False
-        started_here.add(key["agent"])
+        self._started.setdefault(world, set()).add(key["agent"])
         self._starts += 1
         init_file = os.path.join(self._init_dir, f"init-{self._starts}")
         try:
@@ -531,7 +530,7 @@ def print_tables(records: list[dict], errors: list[dict], args) -> None:
                            _fmt(r["p99_us"]), f"{r['seconds']:.3f}", _fmt(r["x_tensorpipe"], 2), r["wrong"]), TABLE))
         for e in errors:
             if (e.get("benchmark"), e.get("mode"), e.get("profiled")) == (benchmark, mode, False):
-                say(f"{e['agent']:>13}  {e['backend']:>9}  {e['world_size']:>3}  ERROR ({e['stage']}): {e['error'][:100]}")
+                say(f"{e['agent']:>13}  {e['backend']:>9}  {e['world_size']:>3}  ERROR ({e['stage']}): {e['error'][:200]}")
     if errors:
         say()
         say(f"# {len(errors)} errors (details with every rank's stack or traceback in stress.json):")
