@@ -1,0 +1,24 @@
+"""Seeded bug: the callee answers with the events recorded when the function returned, missing async work.
+
+For an @async_execution function the events are collected as soon as it
+returns its Future, not when the response is complete: the nested RPC, its
+remote events and work in callbacks are lost. Caught at world size 3 by the
+nested-RPC clauses and by parity with TensorPipe on the nested workload.
+"""
+
+from backends.reference.rpc import profiling
+from tests.seeded.rpc_profiling_base import EXTRA_ARGS as BASE_ARGS
+from tests.seeded.rpc_profiling_base import SUITE, spec  # noqa: F401
+
+CONTRACT = "the callee's events are collected when the response is complete (async_execution work included)"
+# the nested workload needs a third worker (the gallery's --world-size 2 is overridden)
+EXTRA_ARGS = (*BASE_ARGS, "--world-size", "3")
+
+
+def collect_at_return(fut, session, result, profiling_id):
+    events = session.close()  # too early: async work has not happened yet
+    fut.add_done_callback(lambda done: profiling._answer(done, session, result, profiling_id, events))
+
+
+profiling.collect_when_complete = collect_at_return
+DISTCONFORM_SPEC = spec("rpc_profiling_async_missed", __doc__.strip().splitlines()[0])

@@ -1,0 +1,21 @@
+"""Seeded bug: remote events lose the callee's node id and show the caller's.
+
+The caller renames a callee's records and re-stamps them with its own node
+id, as if the ops had run locally. Caught by the node-id clauses and by
+parity with TensorPipe (every remote event's node id differs).
+"""
+
+from backends.reference.rpc import profiling
+from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, spec  # noqa: F401
+
+CONTRACT = "remote events keep the node id (rank) of the worker that ran them"
+
+_clean = profiling.remote_record
+
+
+def remote_record_local_node(record, prefix):
+    return dict(_clean(record, prefix), node_id=profiling.node_id())
+
+
+profiling.remote_record = remote_record_local_node
+DISTCONFORM_SPEC = spec("rpc_profiling_lost_node_id", __doc__.strip().splitlines()[0])

@@ -1,0 +1,19 @@
+"""Seeded bug: the RPC's profiling key drops the spaces around "->" ("rpc_sync#aten::add(worker0->worker1)").
+
+A hand-written key format instead of torch's _build_rpc_profiling_key. Caught
+by the profiling suite's key clause and by parity with TensorPipe: every RPC
+event and every remote event name differs.
+"""
+
+from backends.reference.rpc import profiling
+from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, spec  # noqa: F401 (the gallery reads them)
+
+CONTRACT = "the RPC event is named rpc_{mode}#{name}({src} -> {dst}), remote events key#remote_op: op"
+
+
+def wrong_key(mode, func_name, src_name, dst_name):
+    return f"rpc_{getattr(mode, 'value', mode)}#{func_name}({src_name}->{dst_name})"
+
+
+profiling.rpc_profiling_key = wrong_key
+DISTCONFORM_SPEC = spec("rpc_profiling_wrong_key", __doc__.strip().splitlines()[0])
