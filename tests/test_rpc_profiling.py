@@ -310,3 +310,46 @@ def test_table_has_node_id_and_trace_has_remote_rows(pool, tmp_path):
     for row in remote_rows:
         assert row["ph"] == "X" and row["dur"] >= 0 and "ts" in row
         assert row["tid"].startswith(" node_id:1, thread_id:") and row["tid"].endswith(" ")
+
+
+# ------------------------------------------------------- the agent's own work
+def test_unrecorded_hides_agent_work_and_restores_recording():
+    """Work inside unrecorded() is not in the user's profile; recording resumes after it."""
+    with legacy() as prof:
+        with profiling.unrecorded():
+            torch.zeros(4).clone()
+        torch.ones(2)
+    event_names = names(prof)
+    assert "aten::clone" not in event_names and "aten::zeros" not in event_names
+    assert "aten::ones" in event_names
+    assert isinstance(profiling.unrecorded(), type(contextlib_nullcontext()))  # free without a profiler
+
+
+def contextlib_nullcontext():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def test_to_here_scope_names_self_and_owner():
+    """to_here() of a user RRef is recorded as to_here#(self)->(owner) under any profiler."""
+    with legacy() as prof:
+        with profiling.to_here_scope("worker0", "worker1"):
+            torch.ones(1)
+    assert by_name(prof, "to_here#(worker0)->(worker1)")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as kineto:
+        with profiling.to_here_scope("worker0", "worker1"):
+            torch.ones(1)
+    assert "to_here#(worker0)->(worker1)" in [e.name for e in kineto.events()]
+
+
+def test_request_run_inline_in_a_profiled_thread_still_gets_its_own_profile(pool):
+    """run_profiled in a thread that already profiles runs the request on a fresh thread, events intact."""
+    fields = {"id": 7, "state": "CPU", "record_shapes": True, "profile_memory": False}
+    with legacy(record_shapes=True) as prof:
+        fut = profiling.run_profiled(fields, lambda: _as_future(torch.add(torch.ones(3), 1)))
+        value, envelope = fut.wait()
+    assert torch.equal(value, torch.full((3,), 2.0)) and envelope["id"] == 7
+    recorded = [r["name"] for records in envelope["events"] for r in records]
+    assert "aten::add" in recorded
+    assert not [e for e in prof.function_events if e.name == "aten::add"]  # not in the caller's own profile
