@@ -578,6 +578,59 @@ def rank_scenarios(scenarios):
     return differences
 
 
+def run_join_scenario(impl, base, scenario):
+    """Uneven training under ``ddp.join``: per own iteration the grads; then the synced model and the authoritative rank."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    torch.manual_seed(0)
+    options = {k: scenario[k] for k in ("find_unused_parameters", "gradient_as_bucket_view", "bucket_cap_mb")}
+    record = []
+    try:
+        ddp = wrap(impl, copy.deepcopy(base), **options)
+        if scenario["hook"]:
+            ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+        with ddp.join(divide_by_initial_world_size=scenario["divide_by_initial"]):
+            for it in range(scenario["iterations"][ctx.rank]):
+                step = scenario["steps"][it]
+                if step["zero_grad"]:
+                    ddp.zero_grad(set_to_none=True)
+                x = torch.randn(3, 6, generator=torch.Generator().manual_seed(100 * it + ctx.rank))
+                with ddp.no_sync() if step["no_sync"] else contextlib.nullcontext():
+                    out = ddp(x, step["mask"][ctx.rank], False)
+                    sum(v.square().sum() for v in out).backward()
+                record.append(grads(ddp.module))
+        record.append([p.detach().clone() for p in ddp.module.parameters()] + [ddp.module.steps.clone()])
+        record.append(ddp._authoritative_rank)
+    except RuntimeError as exc:
+        record.append(str(exc))
+    return record
+
+
+def rank_join_scenarios(scenarios):
+    differences = []
+    for number, scenario in enumerate(scenarios):
+        torch.manual_seed(number)
+        base = Mixture(double_branch=False)
+        results = {impl: run_join_scenario(impl, base, scenario) for impl in IMPLS}
+        ref, tor = results["reference"], results["torch"]
+        difference = describe_difference(ref[:-1], tor[:-1]) or (
+            None if ref[-1] == tor[-1] else f"authoritative rank {ref[-1]} vs {tor[-1]}")
+        if difference:
+            differences.append((number, scenario, difference))
+    return differences
+
+
+def rank_join_before_first_iteration():
+    """Rank 1 joins at once; rank 0 trains twice with branches m2, m3 unused: their grads stay None."""
+    torch.manual_seed(0)
+    ddp = wrap("reference", Mixture(double_branch=False), find_unused_parameters=True)
+    with ddp.join():
+        for _ in range(2 if ctx.rank == 0 else 0):
+            out = ddp(torch.ones(3, 6), [True, True, False, False], False)
+            sum(v.sum() for v in out).backward()
+    return [p.grad is None for p in ddp.module.parameters()]
+
+
 # ================================================================ pytest side
 @pytest.fixture(scope="module")
 def registry():
@@ -912,3 +965,52 @@ def test_random_training_runs_equal_torch(request, world_name):
     for rank, differences in enumerate(results):
         assert not differences, f"rank {rank}: " + "; ".join(
             f"scenario {n} {d} ({s})" for n, s, d in differences[:3])
+
+
+def draw_join_scenario(rng: random.Random, world_size: int) -> dict:
+    """Uneven inputs (0 to 5 iterations per rank) with Join: divide mode, unused search, hook, no_sync, buffers."""
+    find_unused = rng.random() < 0.5
+    # with find_unused_parameters a rank that joins before its first backward all-reduces torch's
+    # uninitialised used-map (at::empty): not comparable, see test_join_before_first_iteration_find_unused
+    iterations = [rng.randint(1 if find_unused else 0, 5) for _ in range(world_size)]
+    steps = []
+    for _ in range(max(iterations)):
+        if find_unused:
+            mask = [[True] + [rng.random() < 0.7 for _ in range(3)] for _ in range(world_size)]
+        else:
+            mask = [[True] * 4] * world_size
+        after_no_sync = bool(steps) and steps[-1]["no_sync"]
+        steps.append({"mask": mask, "no_sync": rng.random() < 0.2,
+                      "zero_grad": not after_no_sync and rng.random() < 0.6})
+    return {
+        "iterations": iterations,
+        "divide_by_initial": rng.random() < 0.5,
+        "find_unused_parameters": find_unused,
+        "gradient_as_bucket_view": rng.random() < 0.3,
+        "bucket_cap_mb": rng.choice([None, 0.0002, 0.001]),
+        "hook": rng.random() < 0.3,
+        "steps": steps,
+    }
+
+
+@pytest.mark.parametrize("world_name", ["world2", "world3"])
+def test_random_join_runs_equal_torch(request, world_name):
+    """30 random uneven-input runs per world size under Join: same grads each iteration, same final model, same authoritative rank as torch."""
+    world = request.getfixturevalue(world_name)
+    rng = random.Random(77 + world.world_size)
+    scenarios = [draw_join_scenario(rng, world.world_size) for _ in range(30)]
+    results = world.run(rank_join_scenarios, scenarios, deadline=240)
+    for rank, differences in enumerate(results):
+        assert not differences, f"rank {rank}: " + "; ".join(
+            f"scenario {n} {d} ({s})" for n, s, d in differences[:3])
+
+
+def test_join_before_first_iteration_find_unused(world2):
+    """A rank that joins before training adds zeros to the used-map all-reduce: unused parameters elsewhere keep grad None.
+
+    torch 2.13 all-reduces its never-written used-map there (``at::empty`` in
+    Reducer::initialize_local_used_map, garbage), so its active ranks may get
+    zero gradients for parameters no rank used; the reference defines it.
+    """
+    results = world2.run(rank_join_before_first_iteration)
+    assert results[0] == [False] * 4 + [True] * 3

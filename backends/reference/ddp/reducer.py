@@ -558,7 +558,14 @@ class Reducer:
         return [self.grad_bucket(b, torch.zeros_like(b.buffer)) for b in self.buckets]
 
     def get_local_used_map(self) -> torch.Tensor:
-        # On a joined rank this still holds its last reduced map (torch does the same).
+        """What a joined rank adds to the used-map all-reduce: the device map as it is.
+
+        After training it still holds the last reduced map (as in torch, so a
+        parameter used anywhere in the joined rank's last iteration counts as
+        used). Before any training it is zeros here; torch 2.13 allocates it
+        with at::empty and all-reduces uninitialised memory, so there active
+        ranks may see parameters nobody used as used (zero grads, not None).
+        """
         return self.local_used_map_dev
 
     def bucket_indices(self) -> list[list[int]]:
