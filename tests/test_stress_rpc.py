@@ -1,6 +1,7 @@
 """The RPC stress benchmark (suites/stress/rpc.py): its records, regression check and
-headline arithmetic, and the CLI end to end on TensorPipe (tiny call counts, in a
-subprocess, as a user runs it).
+headline arithmetic, and the CLI end to end on TensorPipe with tiny call counts: one
+run in a subprocess, as a user runs it, the others through main() in this process
+(a fresh interpreter spends seconds importing torch on a loaded machine).
 
 Benchmark figures are never asserted (this machine's timings are noise): only
 the fields, the arithmetic, the exit status, and what happens to a hung agent,
@@ -136,6 +137,16 @@ def run_cli(tmp_path, *args: str, timeout: float = CLI_TIMEOUT_S):
     return run_benchmark("suites.stress.rpc", "stress.json", tmp_path / "report", *args, timeout=timeout)
 
 
+def run_main(tmp_path, capsys, *args: str):
+    """main() of the CLI in this process: (exit status, stdout, report). Its worlds fork from this
+    session's zygote, so no interpreter has to import torch again (seconds each on a loaded machine)."""
+    report_dir = tmp_path / "report"
+    status = rpc_stress.main(["--report-dir", str(report_dir), *args])
+    out = capsys.readouterr().out
+    path = report_dir / "stress.json"
+    return status, out, json.loads(path.read_text()) if path.exists() else None
+
+
 def _why(proc) -> str:
     return proc.stdout[-4000:] + proc.stderr[-3000:]
 
@@ -210,7 +221,7 @@ def test_cli_passes_a_baseline_it_meets_and_writes_one_equal_to_its_report(profi
     assert check_regressions(report["records"], data, 0.0) == ([], [])  # an equal baseline passes
 
 
-def test_cli_fails_on_a_regressed_figure(profiled_run, tmp_path):
+def test_cli_fails_on_a_regressed_figure(profiled_run, tmp_path, capsys):
     """Against a baseline 100x better (RPCs/s and p50) the run lists every regression and exits 1."""
     _, _, written = profiled_run
     fast = json.loads(written.read_text())
@@ -218,19 +229,20 @@ def test_cli_fails_on_a_regressed_figure(profiled_run, tmp_path):
         r["rpcs_per_s"] *= 100
         r["p50_us"] = r["p50_us"] / 100 if r["p50_us"] else r["p50_us"]
     (tmp_path / "fast.json").write_text(json.dumps(fast))
-    proc, report = run_cli(tmp_path, "--agent", "tensorpipe", "--world-size", "2", "--benchmarks", "light", *TINY,
-                           "--baseline", str(tmp_path / "fast.json"), "--max-regression", "50")
-    assert proc.returncode == 1, _why(proc)
+    status, out, report = run_main(tmp_path, capsys, "--agent", "tensorpipe", "--world-size", "2",
+                                   "--benchmarks", "light", *TINY, "--baseline", str(tmp_path / "fast.json"),
+                                   "--max-regression", "50")
+    assert status == 1, out
     assert {(g["mode"], g["metric"]) for g in report["regressions"]} == {
         ("async", "rpcs_per_s"), ("sync", "rpcs_per_s"), ("sync", "p50_us")}
-    assert "REGRESSED tensorpipe gloo ws2 light sync: rpcs_per_s" in proc.stdout
+    assert "REGRESSED tensorpipe gloo ws2 light sync: rpcs_per_s" in out
     assert report["errors"] == [] and report["exit_status"] == 1
 
 
-def test_cli_hung_agent_is_an_error_row_and_the_run_goes_on(tmp_path):
-    proc, report = run_cli(tmp_path, "--agent", "tensorpipe", "--world-size", "2", "--modes", "sync", *TINY,
-                           "--plant", "tensorpipe:stall", "--deadline", "3", timeout=90)
-    assert proc.returncode == 1, _why(proc)
+def test_cli_hung_agent_is_an_error_row_and_the_run_goes_on(tmp_path, capsys):
+    status, out, report = run_main(tmp_path, capsys, "--agent", "tensorpipe", "--world-size", "2", "--modes", "sync",
+                                   *TINY, "--plant", "tensorpipe:stall", "--deadline", "3")
+    assert status == 1, out
     [error] = report["errors"]
     assert (error["agent"], error["benchmark"], error["mode"], error["stage"]) == ("tensorpipe", "light", "sync",
                                                                                   "measure")
@@ -238,17 +250,18 @@ def test_cli_hung_agent_is_an_error_row_and_the_run_goes_on(tmp_path):
     assert "rpc_udfs.py" in error["detail"] and "in stall" in error["detail"]  # the callee's stack
     # a fresh world and agent measured the next benchmark
     assert [(r["benchmark"], r["mode"]) for r in report["records"]] == [("heavy", "sync")]
-    assert "ERROR (measure): DeadlineExceeded" in proc.stdout
+    assert "ERROR (measure): DeadlineExceeded" in out
 
 
-def test_cli_counts_wrong_answers(tmp_path):
-    proc, report = run_cli(tmp_path, "--agent", "tensorpipe", "--world-size", "2", "--benchmarks", "light",
-                           "--modes", "async", *TINY, "--plant", "tensorpipe:wrong", "--repeat", "2")
-    assert proc.returncode == 1, _why(proc)
+def test_cli_counts_wrong_answers(tmp_path, capsys):
+    status, out, report = run_main(tmp_path, capsys, "--agent", "tensorpipe", "--world-size", "2",
+                                   "--benchmarks", "light", "--modes", "async", *TINY, "--plant", "tensorpipe:wrong",
+                                   "--repeat", "2")
+    assert status == 1, out
     [record] = report["records"]
     assert len(record["repeats"]) == 2
     assert record["wrong"] == 2 * 2 * (40 + 3) and report["wrong_total"] == record["wrong"]
-    assert "WRONG: tensorpipe gloo ws2 light async" in proc.stdout
+    assert "WRONG: tensorpipe gloo ws2 light async" in out
 
 
 @pytest.mark.parametrize("args, message", [
@@ -266,9 +279,10 @@ def test_usage_errors_exit_2_with_a_clear_message(tmp_path, args, message):
     assert report is None
 
 
-def test_unknown_backend_and_bad_baseline_are_usage_errors(tmp_path):
-    proc, _ = run_cli(tmp_path, "--backend", "no_such_backend", timeout=60)
-    assert proc.returncode == 2 and "unknown backend 'no_such_backend'" in proc.stderr
+def test_unknown_backend_and_bad_baseline_are_usage_errors(tmp_path, capsys):
+    assert rpc_stress.main(["--backend", "no_such_backend", "--report-dir", str(tmp_path / "report")]) == 2
+    assert "usage error: unknown backend 'no_such_backend'" in capsys.readouterr().err
+    assert not (tmp_path / "report").exists()
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"records": [{"agent": "tensorpipe"}]}))
     proc, _ = run_cli(tmp_path, "--baseline", str(bad), timeout=60)
