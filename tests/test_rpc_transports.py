@@ -106,6 +106,16 @@ def test_rank_leaving_early_is_named_and_does_not_block_anyone(tworld):
         assert result["clean"] and result["elapsed"] < 5.0
 
 
+def test_answers_sent_from_deliver_on_every_rank_do_not_deadlock(tworld):
+    """deliver() may send (an agent answering from a completion callback) on every rank at once: all
+    answers arrive intact and the transports still close cleanly."""
+    count = 50
+    for depth in (1, pg_transport.RECV_DEPTH):
+        results = tworld.run(fns.echo_from_deliver, count, depth)
+        for result in results:
+            assert result["echoes"] == count * (tworld.world_size - 1) and result["wrong"] == [] and result["clean"]
+
+
 def test_restarts_free_their_group_and_threads(tworld):
     """Starting and cleanly shutting down a transport 5 times leaves no process group and no thread behind."""
     results = tworld.run(fns.restart_cycles, 5)
@@ -289,6 +299,26 @@ def test_faulty_counts_per_payload_exactly():
     assert len(inner.sent) == 6 + 12
     faulty.shutdown()
     assert inner.shut
+
+
+def test_in_flight_credit_bounds_frames_and_bytes_but_never_the_listener():
+    """send() waits once 2 frames or 100 bytes are in flight, and goes on when one completes; a sender
+    that must not wait (the listener) passes anyway; one frame larger than the byte bound still passes."""
+    credits = pg_transport._Credits(max_frames=2, max_bytes=100)
+    credits.acquire(500)  # alone, even an oversized frame passes
+    credits.release(500)
+    credits.acquire(40)
+    credits.acquire(40)
+    blocked = threading.Thread(target=credits.acquire, args=(10,), daemon=True)
+    blocked.start()
+    blocked.join(0.2)
+    assert blocked.is_alive(), "a third frame went past a bound of 2"
+    credits.acquire(10, wait=False)  # the listener's own frame
+    assert credits.frames == 3
+    credits.release(40)
+    credits.release(10)
+    blocked.join(2)
+    assert not blocked.is_alive() and credits.frames == 2 and credits.bytes == 50
 
 
 def test_faulty_zero_fail_sends_fails_nothing():

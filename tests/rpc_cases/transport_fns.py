@@ -457,3 +457,29 @@ def call_after_peer_left(agent: str = "reference-pg") -> dict:
         rpc.shutdown(graceful=False)
         out["shutdown_s"] = time.monotonic() - start
     return out
+
+
+def echo_from_deliver(count: int, recv_depth: int = PgTransport.recv_depth) -> dict:
+    """Every rank sends ``count`` frames to every peer, and deliver() itself answers each with an echo,
+    on the listener thread, as an agent completing a future from deliver() does. All listeners answer
+    at once: a transport that waited there for its answers to be taken would deadlock."""
+    inbox, transport = Inbox(), PgTransport()
+    transport.recv_depth = recv_depth  # 1: every receive the listener posts is used up at once
+    echoes = []
+
+    def deliver(src, frame):
+        if frame.kind == int(Kind.PYTHON_CALL):
+            transport.send(src, Frame(int(Kind.PYTHON_RET), frame.msg_id, frame.header, frame.tensors))
+        else:
+            inbox.deliver(src, frame)
+            echoes.append((src, frame.msg_id, frame.tensors[0].tolist()))
+
+    transport.start(ctx.rank, ctx.world_size, ctx.store, deliver, inbox.on_peer_lost)
+    for i in range(count):
+        for dst in _peers():
+            transport.send(dst, Frame(int(Kind.PYTHON_CALL), i, b"echo me", [torch.tensor([ctx.rank, dst, i])]))
+    inbox.wait_for(count * len(_peers()))
+    _everyone("echoed")
+    transport.shutdown()
+    wrong = [e for e in echoes if e[2] != [ctx.rank, e[0], e[1]]]
+    return {"echoes": len(echoes), "wrong": wrong, "clean": transport.clean_close}
