@@ -40,10 +40,10 @@ def iterations_of(rank: int) -> int:
 
 
 # ---------------------------------------------------------------- rank side
-def uneven_training(impl, divide_by_initial_world_size, lr=0.0):
+def uneven_training(impl, divide_by_initial_world_size, lr=0.0, options=None):
     """Spec D8 model and input; per iteration this rank's gradient; then buffers, params, authoritative rank."""
     model = models.CountingLinear(weight=1.0 + ctx.rank)  # rank-specific until DDP broadcasts rank 0's
-    ddp = impls.wrap(impl, model)
+    ddp = impls.wrap(impl, model, **(options or {}))
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
     x = torch.full((1, 5), INPUT_VALUE, device=common.device())
     grads = []
@@ -173,11 +173,13 @@ def expected_grad(iteration: int, world_size: int, divide_by_initial: bool) -> f
 
 
 @pytest.mark.parametrize("impl", impls.impl_params())
+@pytest.mark.parametrize("find_unused", [False, True], ids=["", "find_unused"])
 @pytest.mark.parametrize("divide_by_initial", [True, False], ids=["divide_initial", "divide_active"])
-def test_join_gradients_per_iteration(world, impl, divide_by_initial):
-    """Spec D8: rank r runs 3+2r iterations; each iteration's gradient entries are 50 x active/world_size (divide_by_initial_world_size=True) or 50 (False)."""
+def test_join_gradients_per_iteration(world, impl, divide_by_initial, find_unused):
+    """Spec D8: rank r runs 3+2r iterations; each iteration's gradient entries are 50 x active/world_size (divide_by_initial_world_size=True) or 50 (False), with and without find_unused_parameters (whose used-map all-reduce joined ranks shadow too)."""
     n = world.world_size
-    for rank, result in enumerate(world.run(uneven_training, impl, divide_by_initial)):
+    options = {"find_unused_parameters": find_unused}
+    for rank, result in enumerate(world.run(uneven_training, impl, divide_by_initial, 0.0, options)):
         got = result["grads"]
         assert len(got) == iterations_of(rank), f"{impl} DDP rank {rank} ran {len(got)} iterations"
         expected = [expected_grad(i, n, divide_by_initial) for i in range(iterations_of(rank))]
