@@ -269,7 +269,12 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         return op
 
     # --------------------------------------------------------- collectives
-    def allreduce(self, tensors, opts):
+    def allreduce(self, tensors, opts=None):
+        # torch also calls pg.allreduce(tensor) with one tensor and no options (DDP's join
+        # hook with find_unused_parameters), as c10d's ProcessGroup binding allows
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        opts = dist.AllreduceOptions() if opts is None else opts
         tensor = _single(tensors, "all_reduce")
         op = self._reduce_op(opts)
         semantics.check_op_dtype(op, tensor.dtype)

@@ -189,8 +189,12 @@ class GlooWrapper(dist.ProcessGroup):
         return f"<{type(self).__name__} {self.backend_name} rank {self.rank()}/{self.size()}>"
 
     # ------------------------------------------------------- collectives
-    def allreduce(self, tensors, opts):
-        return self.inner.allreduce(tensors, opts)
+    def allreduce(self, tensors, opts=None):
+        # torch also calls pg.allreduce(tensor) with one tensor and no options (DDP's
+        # join hook with find_unused_parameters), as ProcessGroup's C++ binding allows
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        return self.inner.allreduce(tensors, dist.AllreduceOptions() if opts is None else opts)
 
     def allreduce_coalesced(self, tensors, opts):
         return self.inner.allreduce_coalesced(tensors, opts)
