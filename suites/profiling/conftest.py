@@ -29,7 +29,7 @@ from reports.collector import report_dir
 from suites.profiling import capture, parity
 
 
-TP_WORKER_THREADS = 256  # profiled requests each baseline worker can answer (see above)
+TP_WORKER_THREADS = 1024  # profiled requests each baseline worker can answer (see above)
 
 
 class TensorPipeBaseline:

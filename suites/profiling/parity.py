@@ -21,9 +21,9 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-MIN_SAMPLES = 2
-MAX_SAMPLES = 6
-QUIET_SAMPLES = 1
+MIN_SAMPLES = 3
+MAX_SAMPLES = 10
+QUIET_SAMPLES = 2
 
 
 def event_key(evt: dict) -> tuple:

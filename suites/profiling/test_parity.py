@@ -3,7 +3,8 @@
 torch 2.13 profiles remote work only under torch.autograd.profiler_legacy
 (rpc.api._get_should_profile). For each workload (builtin add and mul, a
 Python function doing several ops, a TorchScript function, a call to self,
-an @async_execution function calling a third worker) and each way of calling
+an @async_execution function calling a third worker, a Python function that
+raises) and each way of calling
 it (rpc_sync, rpc_async, remote + to_here), the caller's profile, as the
 multiset of (event name, node id, input shapes) with record_shapes on, is
 exactly TensorPipe's: the RPC's own event
@@ -17,14 +18,17 @@ Times and thread ids are not compared. The per-agent table goes to
 import pytest
 
 from suites.profiling import capture, parity
-from suites.profiling.workloads import MODES, NESTED, WORKLOADS
+from suites.profiling.workloads import KNOWN_DEVIATIONS, MODES, NESTED, WORKLOADS
 
 DIRECT = [name for name in WORKLOADS if name != NESTED]
 
 
-def check_parity(rpc_agent, tensorpipe_baseline, parity_report, workload: str, mode: str):
+def check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, workload: str, mode: str):
     if rpc_agent.name == "tensorpipe":
         pytest.skip("tensorpipe is the baseline: its own samples define the expected events")
+    deviation = KNOWN_DEVIATIONS.get((workload, rpc_agent.name))
+    if deviation:
+        request.applymarker(pytest.mark.xfail(reason=f"{rpc_agent.name}: {deviation}", strict=True))
     expected, samples = tensorpipe_baseline.get(rpc_agent.world_size, workload, mode, record_shapes=True)
     out = rpc_agent.run(capture.profile_workload, rpc_agent.name, workload, mode, record_shapes=True, warmup=1)[0]
     actual = parity.multiset(out["events"])
@@ -38,13 +42,13 @@ def check_parity(rpc_agent, tensorpipe_baseline, parity_report, workload: str, m
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("workload", DIRECT)
-def test_events_match_tensorpipe(rpc_agent, tensorpipe_baseline, parity_report, workload, mode):
+def test_events_match_tensorpipe(request, rpc_agent, tensorpipe_baseline, parity_report, workload, mode):
     """A profiled RPC's events (name, node id, input shapes, count) are exactly TensorPipe's."""
-    check_parity(rpc_agent, tensorpipe_baseline, parity_report, workload, mode)
+    check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, workload, mode)
 
 
 @pytest.mark.min_world_size(3)
 @pytest.mark.parametrize("mode", MODES)
-def test_nested_async_events_match_tensorpipe(rpc_agent, tensorpipe_baseline, parity_report, mode):
+def test_nested_async_events_match_tensorpipe(request, rpc_agent, tensorpipe_baseline, parity_report, mode):
     """An @async_execution function calling a third worker: chained keys, node ids and async work as TensorPipe."""
-    check_parity(rpc_agent, tensorpipe_baseline, parity_report, NESTED, mode)
+    check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, NESTED, mode)

@@ -35,6 +35,12 @@ def script_add_mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.mul(torch.add(x, y), 2)
 
 
+def udf_raises(x):
+    """Does an op, then raises: for TensorPipe the exception is the call's value (events travel)."""
+    torch.add(x, 1)
+    raise ValueError("udf_raises raises on purpose")
+
+
 def slow_add(x, y):
     """The innermost function of the nested workload (runs on worker2)."""
     return torch.add(x, y)
@@ -84,8 +90,15 @@ class Workload:
     min_world_size: int = 2
     description: str = ""
 
+    raises: bool = False  # the call fails: its error is the result
+
     def call(self, agent: str, api, mode: str, args: tuple):
-        return _call(api, mode, rpc_agents.worker_name(self.dst), self.func, args)
+        try:
+            return _call(api, mode, rpc_agents.worker_name(self.dst), self.func, args)
+        except Exception as exc:  # noqa: BLE001 - only for workloads that fail on purpose
+            if not self.raises:
+                raise
+            return exc
 
 
 MODES = ("sync", "async", "remote")
@@ -101,6 +114,20 @@ WORKLOADS = {w.name: w for w in (
     Workload("nested_async", 1, async_add, lambda agent: (agent, "worker2", torch.ones(2), torch.ones(2)),
              min_world_size=3, description="an @async_execution function on worker1 that calls worker2"),
     Workload("call_self", 0, torch.add, lambda agent: (torch.ones(3), 1), description="torch.add on the caller itself"),
+    Workload("python_udf_raises", 1, udf_raises, lambda agent: (torch.ones(2),), raises=True,
+             description="a Python function on worker1 that does an op and raises"),
 )}
+
+# What an agent knowingly does differently, and why: (workload, agent) -> reason.
+# The parity clause turns these into strict expected failures with the reason.
+KNOWN_DEVIATIONS = {
+    ("python_udf_raises", "reference-tp"): (
+        "a Python function's exception is an error response without events on the reference agents; "
+        "TensorPipe sends it as the call's value with the callee's events (rpc/utils.cpp sends no events "
+        "only when the request itself fails)"),
+    ("python_udf_raises", "reference-pg"): (
+        "a Python function's exception is an error response without events on the reference agents; "
+        "TensorPipe sends it as the call's value with the callee's events"),
+}
 
 NESTED = "nested_async"  # the workload whose chrome trace goes to the report
