@@ -142,8 +142,8 @@ def test_faulty_fails_first_sends_of_each_message_like_torch(tworld):
 
 
 def test_faulty_delay_holds_one_kind_without_blocking_sender_or_others(tworld):
-    """A delayed kind arrives no sooner than its delay; send() returns at once and a later frame of
-    another kind overtakes it."""
+    """A delayed kind arrives no sooner than its delay, and a frame of another kind sent after it (so
+    send() did not wait out the delay) overtakes it."""
     if tworld.world_size != 2:
         pytest.skip("delay does not depend on the world size: ws2 covers it")
     delay = 0.4
@@ -151,7 +151,6 @@ def test_faulty_delay_holds_one_kind_without_blocking_sender_or_others(tworld):
     ws = tworld.world_size
     for rank, result in enumerate(results):
         sender = results[(rank - 1) % ws]
-        assert result["send_returned"] < 0.2
         assert result["order"] == ["SCRIPT_CALL", "PYTHON_CALL"]
         assert result["arrived_at"]["PYTHON_CALL"] - sender["sent_at"] >= delay
         assert result["delayed_sends"] == 1
@@ -334,24 +333,23 @@ def test_faulty_delay_is_per_kind_and_keeps_order_within_a_kind():
     """Delayed frames go out after their delay in their own order, from many senders, while undelayed
     kinds go out at once; frames still held at shutdown are dropped, not sent after it."""
     inner = Recorder()
-    faulty = FaultyTransport(inner, Faults(delay={"PYTHON_CALL": 0.3, "PYTHON_REMOTE_CALL": 0.1}))
+    faulty = FaultyTransport(inner, Faults(delay={"PYTHON_CALL": 0.6, "PYTHON_REMOTE_CALL": 0.3}))
     faulty.start(0, 2, None, lambda *a: None, lambda *a: None)
     start = time.monotonic()
     for i in range(5):
         faulty.send(1, Frame(int(Kind.PYTHON_CALL), i, b""))
     faulty.send(1, Frame(int(Kind.PYTHON_REMOTE_CALL), 10, b""))
     faulty.send(1, Frame(int(Kind.SCRIPT_CALL), 20, b""))
-    assert time.monotonic() - start < 0.1, "send() waited for the delay"
     deadline = time.monotonic() + 5
     while len(inner.sent) < 7 and time.monotonic() < deadline:
         time.sleep(0.01)
     ids = [frame.msg_id for _, frame, _ in inner.sent]
-    assert ids == [20, 10, 0, 1, 2, 3, 4]
+    assert ids == [20, 10, 0, 1, 2, 3, 4], "a delayed send held up its caller or the other kinds"
     at = {frame.msg_id: t - start for _, frame, t in inner.sent}
-    assert at[10] >= 0.1 and all(at[i] >= 0.3 for i in range(5))
+    assert at[10] >= 0.3 and all(at[i] >= 0.6 for i in range(5))
     faulty.send(1, Frame(int(Kind.PYTHON_CALL), 99, b""))
     faulty.shutdown()
-    time.sleep(0.35)
+    time.sleep(0.65)
     assert 99 not in [frame.msg_id for _, frame, _ in inner.sent]
     assert faulty.dropped_at_shutdown == 1 and inner.shut
     with pytest.raises(TransportError):
