@@ -101,6 +101,9 @@ class Loopback:
         self.pool.submit(serve)
         return profiling.wrap_future(call, raw) if call is not None else raw
 
+    def __call__(self):  # a callable object, to name in a key
+        return None
+
 
 def legacy(**kwargs):
     return profiler_legacy.profile(**kwargs)
@@ -136,6 +139,7 @@ def test_key_names_builtin_torchscript_and_python_functions():
     assert profiling.function_name(scripted).startswith("__torch__.")
     assert profiling.function_name(udf_ops) == "udf_ops"
     assert profiling.function_name(Loopback.call) == "Loopback.call"
+    assert profiling.function_name(Loopback(None)) == "Loopback"  # a callable object: its type
     assert (profiling.rpc_profiling_key("sync", "aten::add", "worker0", "worker1")
             == "rpc_sync#aten::add(worker0 -> worker1)")
     from torch.distributed.rpc.internal import RPCExecMode, _build_rpc_profiling_key
@@ -261,16 +265,16 @@ def test_callbacks_on_the_callers_future_are_profiled(pool):
     assert [e for e in by_name(prof, "aten::mul") if e.input_shapes == [[5], []] and not e.is_remote]
 
 
-def test_envelope_for_another_call_is_refused(pool):
-    """A response envelope whose profiling id is not the call's is an error naming both."""
+def test_envelope_for_another_call_fails_the_call_with_a_clear_error(pool):
+    """A response envelope whose profiling id is not the call's fails the user's future naming both ids."""
     with legacy():
         call = profiling.begin_call("sync", torch.add, "worker0", "worker1")
-        with pytest.raises(profiling.ProfilingError, match="came back for"):
-            profiling.absorb_response(call, {"id": call.id + 1, "events": []})
-        fut = torch.futures.Future()
-        wrapped = profiling.wrap_future(call, fut)
-        fut.set_result(1)
-        wrapped.wait()
+        raw = torch.futures.Future()
+        user = profiling.wrap_future(call, raw)
+        profiling.absorb_response(call, {"id": call.id + 1, "events": []})  # never raises into the agent
+        raw.set_result(1)
+        with pytest.raises(profiling.ProfilingError, match=f"{call.id + 1}.*came back for.*id={call.id}"):
+            user.wait()
 
 
 def test_late_events_do_not_leak_into_the_next_profile(pool):

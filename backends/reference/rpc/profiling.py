@@ -98,7 +98,8 @@ def function_name(func) -> str:
         return builtin
     if isinstance(func, torch.jit.ScriptFunction):
         return torch._jit_internal._qualified_name(func)
-    return func.__qualname__
+    # torch reads func.__qualname__ and fails on a callable object; name its type instead
+    return getattr(func, "__qualname__", None) or type(func).__qualname__
 
 
 def rpc_profiling_key(mode, func_name: str, src_name: str, dst_name: str) -> str:
@@ -255,7 +256,7 @@ profiling_hook.install(lambda record_shapes, profile_memory: Session(record_shap
 
 # ------------------------------------------------------------ caller side
 class Call:
-    __slots__ = ("key", "session", "id", "record", "start_us", "thread")
+    __slots__ = ("key", "session", "id", "record", "start_us", "thread", "error")
 
     def __init__(self, key: str, session: Session, profiling_id: int):
         self.key = key
@@ -264,6 +265,7 @@ class Call:
         self.record = None  # torch's RecordFunction handle, in the user's profiling thread
         self.start_us = 0.0  # else: a synthetic range from here
         self.thread = threading.get_ident()
+        self.error = None  # a bad envelope: the user's future fails with it
 
     def __repr__(self):
         return f"<profiled RPC {self.key} id={self.id}>"
@@ -310,6 +312,9 @@ def wrap_future(call: Call, future):
         if call.record is None:
             call.session.add_range(call.key, call.start_us, profiling_records.now_us(), call.thread, call.id)
         with call.session.capture():
+            if call.error is not None:
+                user.set_exception(call.error)
+                return
             try:
                 # the outcome comes from the agent's own future: a Python Future's
                 # set_exception is only raised by that future (torch's C++ chain
@@ -328,8 +333,12 @@ def absorb_response(call: Call, envelope) -> None:
     """Keep the callee's events (None: an error or an unprofiled answer, nothing to keep)."""
     if envelope is None:
         return
-    if envelope.get("id") != call.id:
-        raise ProfilingError(f"profiling envelope {envelope.get('id')} came back for {call!r}")
+    if not isinstance(envelope, dict) or envelope.get("id") != call.id or "events" not in envelope:
+        # never raise into the agent's response path (its future would never
+        # complete); the user's future fails with the reason instead
+        got = envelope.get("id") if isinstance(envelope, dict) else type(envelope).__name__
+        call.error = ProfilingError(f"profiling envelope {got!r} came back for {call!r}")
+        return
     prefix = call.key + REMOTE_OP
     call.session.add([[remote_record(r, prefix) for r in records] for records in envelope["events"]])
 
