@@ -432,3 +432,13 @@ def test_profiled_calls_carry_remote_events(rworld):
         key = f"rpc_sync#aten::add(worker{rank} -> worker{to})"
         assert key in names and f"{key}#remote_op: aten::add" in names, names
         assert f"rpc_async#add(worker{rank} -> worker{to})#remote_op: aten::add" in names, names
+
+
+def test_rrefs_freed_when_no_user_is_left(rworld):
+    """Values whose RRefs (forks on other workers included) were all dropped are freed on the owner; a held RRef's value stays."""
+    ws = rworld.world_size
+    for rank, out in enumerate(rworld.run(fns.rref_lifetimes)):
+        assert out["sums"] == [3.0] * 5 + [4.0, 5]
+        # every worker owns exactly the one value its predecessor still holds
+        assert out["counts"] == [1] * ws, f"rank {rank}: values left per owner {out['counts']}"
+        assert torch.equal(out["kept"], torch.full((2,), float(rank)))

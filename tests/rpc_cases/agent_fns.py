@@ -284,3 +284,34 @@ def profiled_call() -> list:
             rpc.rpc_sync(peer(), torch.add, args=(torch.ones(2), 1))
             rpc.rpc_async(peer(), add, args=(torch.ones(2), torch.ones(2))).wait()
         return sorted({event.name for event in prof.function_events if "rpc_" in event.name})
+
+
+def owned_count():
+    import gc
+
+    gc.collect()
+    return rpc.api._current_agent().rrefs.owned_count()
+
+
+def rref_lifetimes() -> dict:
+    """RRefs made, forked to other workers and dropped are freed on their owner; one still held is kept."""
+    import gc
+
+    from suites.rpc.common import barrier
+
+    with running(prefix="life"):
+        to, third = peer(), (ctx.rank + 2) % ctx.world_size
+        kept = rpc.remote(to, torch.full, args=((2,), float(ctx.rank)))
+        dropped = [rpc.remote(to, torch.ones, args=(3,)) for _ in range(5)]
+        sums = [rpc.rpc_sync(third, rref_sum, args=(r,)) for r in dropped]  # a fork on a third worker
+        local = rpc.RRef(torch.ones(4))
+        sums.append(rpc.rpc_sync(to, rref_sum, args=(local,)))
+        proxy = rpc.remote(to, Counter, args=(0,))
+        sums.append(proxy.rpc_sync().add(5))
+        del dropped, local, proxy
+        gc.collect()
+        barrier("life-dropped")
+        time.sleep(0.3)  # deletes are flushed every 20 ms
+        counts = [rpc.rpc_sync(r, owned_count) for r in range(ctx.world_size)]
+        barrier("life-counted")
+        return {"sums": sums, "counts": counts, "kept": kept.to_here()}

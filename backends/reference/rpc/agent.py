@@ -171,11 +171,17 @@ class OwnerTable:
         return entry
 
     # ------------------------------------------------ owner-side changes
+    def _maybe_free(self, rref_id, entry: OwnerEntry) -> None:
+        """Drop a value no fork refers to any more (under the lock)."""
+        if entry.created and not entry.users and not entry.tombstones and self.owned.get(rref_id) is entry:
+            del self.owned[rref_id]
+
     def add_fork(self, rref_id, fork_id) -> OwnerEntry:
         with self.lock:
             entry = self._entry(rref_id)
-            if fork_id in entry.tombstones:
+            if fork_id in entry.tombstones:  # its delete came first: the two cancel out
                 entry.tombstones.discard(fork_id)
+                self._maybe_free(rref_id, entry)
             else:
                 entry.users.add(fork_id)
             return entry
@@ -185,16 +191,21 @@ class OwnerTable:
             entry = self._entry(rref_id)
             if fork_id in entry.users:
                 entry.users.discard(fork_id)
-                if not entry.users and entry.created and not entry.tombstones:
-                    del self.owned[rref_id]
+                self._maybe_free(rref_id, entry)
             else:
                 entry.tombstones.add(fork_id)
 
     def created(self, rref_id) -> OwnerEntry:
+        """The value's creation ran (remote() or RRef(value)); the caller sets it on the returned entry."""
         with self.lock:
             entry = self._entry(rref_id)
             entry.created = True
+            self._maybe_free(rref_id, entry)  # every fork may be gone already
             return entry
+
+    def owned_count(self) -> int:
+        with self.lock:
+            return len(self.owned)
 
     # ------------------------------------------------ RRef objects
     def adopt_local(self, rref: RRef, value) -> None:

@@ -102,6 +102,7 @@ def dumps(obj) -> tuple[bytes, list]:
         try:
             mine.pickler.dump(obj)
         finally:
+            mine.pickler.clear_memo()  # the memo holds what was pickled: RRefs must be free to die
             mine.busy = False
         return buffer.getvalue(), tensors
     finally:

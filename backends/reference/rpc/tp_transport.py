@@ -423,6 +423,8 @@ class TpTransport(Transport):
     # ---------------------------------------------------------- sending
     def send(self, dst: int, frame: Frame) -> None:
         conn = self._conns.get(dst)
+        if conn is None and not self._closed and 0 <= dst < getattr(self, "world_size", 0):
+            conn = self._await_peer(dst)
         if conn is None or conn.closed:
             if not 0 <= dst < getattr(self, "world_size", 0) or dst == getattr(self, "rank", -1):
                 raise TransportError(f"reference-tp: no peer rank {dst}")
@@ -447,6 +449,17 @@ class TpTransport(Transport):
         except OSError as exc:
             self._lose(conn, f"send to rank {dst} failed: {exc}")
             raise TransportError(f"reference-tp rank {self.rank}: send to rank {dst} failed: {exc}") from None
+
+    def _await_peer(self, dst: int):
+        """A peer not dialled yet: we are still starting (a started peer already calls us). Wait for it."""
+        deadline = time.monotonic() + self.connect_timeout
+        with self._changed:
+            while dst not in self._conns and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(min(remaining, 0.5))
+            return self._conns.get(dst)
 
     def shutdown(self) -> None:
         if self._closed:
