@@ -631,6 +631,70 @@ def rank_join_before_first_iteration():
     return [p.grad is None for p in ddp.module.parameters()]
 
 
+class OddLayouts(nn.Module):
+    """A transposed (column-major) weight and a channels_last convolution: bucket views follow their strides."""
+
+    def __init__(self):
+        super().__init__()
+        self.t = nn.Parameter(torch.randn(6, 4).t())  # shape (4, 6), strides (1, 4)
+        self.conv = nn.Conv2d(2, 3, 2).to(memory_format=torch.channels_last)
+        self.head = nn.Linear(27, 2)
+
+    def forward(self, x):
+        y = x @ self.t.t()  # (n, 6) -> (n, 4)... reshaped into an image below
+        image = y.repeat(1, 8)[:, :32].reshape(-1, 2, 4, 4)
+        return self.head(self.conv(image).flatten(1))
+
+
+def rank_odd_layouts(gradient_as_bucket_view):
+    torch.manual_seed(0)
+    base = OddLayouts()
+    out = {}
+    for impl in IMPLS:
+        ddp = wrap(impl, copy.deepcopy(base), gradient_as_bucket_view=gradient_as_bucket_view)
+        records = []
+        for it in range(3):
+            x = torch.randn(5, 6, generator=torch.Generator().manual_seed(it + 10 * ctx.rank))
+            ddp(x).sum().backward()
+            records.append(grads(ddp.module))
+        out[impl] = (records, [tuple(p.grad.stride()) for p in ddp.module.parameters()])
+    return (all(same_grads(a, b) for a, b in zip(out["reference"][0], out["torch"][0])),
+            out["reference"][1] == out["torch"][1], out["reference"][1][0])
+
+
+class Checkpointed(nn.Module):
+    """One layer run twice under reentrant checkpointing: its hook fires twice per backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        y = checkpoint(self.shared, x, use_reentrant=True)
+        y = checkpoint(self.shared, torch.tanh(y), use_reentrant=True)
+        return self.head(y)
+
+
+def rank_reentrant_checkpoint(static_graph):
+    """Static graph counts the hook calls of iteration 1 and marks a parameter ready at its last one."""
+    torch.manual_seed(0)
+    base = Checkpointed()
+    out = {}
+    for impl in IMPLS:
+        ddp = wrap(impl, copy.deepcopy(base), static_graph=static_graph)
+        records = []
+        for it in range(3):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(it + 10 * ctx.rank)).requires_grad_()
+            error = error_text(lambda: ddp(x).sum().backward())
+            records.append(error if error else grads(ddp.module))
+            if error:
+                break
+        out[impl] = records
+    return describe_difference(out["reference"], out["torch"]), isinstance(out["reference"][0], str)
+
+
 # ================================================================ pytest side
 @pytest.fixture(scope="module")
 def registry():
@@ -1014,3 +1078,25 @@ def test_join_before_first_iteration_find_unused(world2):
     """
     results = world2.run(rank_join_before_first_iteration)
     assert results[0] == [False] * 4 + [True] * 3
+
+
+@pytest.mark.parametrize("gradient_as_bucket_view", [False, True])
+def test_parameter_layouts_are_kept(world2, gradient_as_bucket_view):
+    """Bucket views take each parameter's strides (transposed, channels_last): gradients and their strides equal torch's."""
+    for same, same_strides, transposed_strides in world2.run(rank_odd_layouts, gradient_as_bucket_view):
+        assert same and same_strides
+        assert transposed_strides == (1, 4)
+
+
+@pytest.mark.parametrize("static_graph", [False, True])
+def test_reentrant_checkpoint(world2, static_graph):
+    """A layer used twice by reentrant checkpointing: the same gradients or errors as torch, per iteration.
+
+    With a static graph its hook count (2) is learnt in iteration 1 and it is
+    reduced at its last hook. Without, the engine runs the reducer's
+    finalize callback at the end of the first reentrant backward already, so
+    later hooks of that iteration are ignored: torch does exactly this too.
+    """
+    for difference, first_iteration_raised in world2.run(rank_reentrant_checkpoint, static_graph):
+        assert difference is None
+        assert not first_iteration_raised

@@ -123,7 +123,8 @@ STATIC_GRAPH_TOO_LATE = (
 
 def grad_accumulator(param: torch.Tensor):
     """The AccumulateGrad node of a leaf parameter (created on first request, shared by all its uses)."""
-    return param.view_as(param).grad_fn.next_functions[0][0]
+    with torch.enable_grad():  # DDP may be built under no_grad; the node must exist anyway
+        return param.view_as(param).grad_fn.next_functions[0][0]
 
 
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -211,7 +212,7 @@ class Reducer:
         self._accumulators = []
         self._hook_handles = []
         self.accumulator_to_indices: dict[int, list[int]] = {}
-        me = weakref.ref(self)  # the hooks outlive nothing: a dropped reducer's hooks do nothing
+        me = weakref.ref(self)  # hooks hold the reducer weakly: once it is dropped they do nothing
         for index, param in enumerate(self.params):
             node = grad_accumulator(param)
             self._accumulators.append(node)  # the tensor holds its accumulator weakly
