@@ -278,7 +278,8 @@ def test_faulty_rejects_negative_numbers(faults, text):
 
 
 def test_faulty_counts_per_payload_exactly():
-    """With num_fail_sends=3, each distinct payload fails exactly 3 times, then always passes; other kinds never fail."""
+    """With num_fail_sends=3, each distinct payload fails exactly 3 times, then always passes; other kinds
+    never fail."""
     inner = Recorder()
     faulty = FaultyTransport(inner, Faults(fail=("RREF_USER_DELETE", "PYTHON_CALL"), num_fail_sends=3))
     outcomes = {}
@@ -431,7 +432,8 @@ def _fields(*values):
 def test_garbled_meta_is_a_frame_error_naming_the_sender(raw):
     """A garbled frame is a FrameError naming the sending rank, never a crash or a wrong tensor."""
     with pytest.raises(FrameError, match="rank 3"):
-        pg_transport.read_frame(raw.ljust(pg_transport.META_BYTES, b"\0"), 3, lambda n: torch.zeros(n, dtype=torch.uint8))
+        pg_transport.read_frame(raw.ljust(pg_transport.META_BYTES, b"\0"), 3,
+                                lambda n: torch.zeros(n, dtype=torch.uint8))
 
 
 def test_send_before_start_and_to_self_are_refused():

@@ -12,8 +12,9 @@ One frame is, in this order, from one sender to one receiver:
 1. ``META_TAG``: a uint8 tensor of ``META_BYTES`` (4 KiB): eight int64 fields
    ``[MAGIC, kind, msg_id, header_len, n_tensors, desc_len, inline, 0]``
    then room for a whole small frame. It has the same size for every frame,
-   so the listener can post one receive from any source for it (and it is
-   never empty: gloo cannot receive an empty tensor from any source). When
+   so the listener can keep ``RECV_DEPTH`` receives from any source posted
+   for it (and it is never empty: gloo cannot receive an empty tensor from
+   any source). When
    the header, the tensor descriptors (per tensor int64 ``dtype code, ndim,
    *shape``) and the tensor bytes fit, they follow the fields and the frame
    is this one message (``inline = 1``): a typical RPC costs one c10d
@@ -568,11 +569,11 @@ class PgTransport(Transport):
         with self._state:
             stop_works = list(self._stop_works)
             completions, completer = self._completions, self._completion_thread
-        if completions is not None:  # the listener posts nothing more: finish what it posted
+        if completions is not None:  # every peer is closed for sending: finish what was posted
             completions.put(None)
             completer.join(max(0.0, deadline - time.monotonic()))
             if completer.is_alive():
-                problems.append("sends posted by the listener did not complete")
+                problems.append("frames posted before the STOPs were not taken")
         if not _wait_all([w for _, works, _ in stop_works for w in works], max(0.0, deadline - time.monotonic())):
             problems.append(f"STOP frames to some peers were not taken within {self.shutdown_join_s:g} s")
         self._dropping = True
