@@ -561,6 +561,12 @@ def print_profile_table(records: list[dict]) -> None:
                        _fmt(r["rpcs_per_s"], 0), _fmt(p and p["seconds"], 3), f"{r['seconds']:.3f}",
                        _fmt(r.get("overhead"), 2), _fmt(p and p["p50_us"]), _fmt(r["p50_us"]),
                        r["profile"]["events"], r["profile"]["remote_events"]), PROFILE_TABLE))
+            if p:  # per rank, as seed 001's before/after ("Rank N finished testing 1000 times in X seconds")
+                say(f"#{'':>12}  per-rank seconds before {_per_rank(p)} | after {_per_rank(r)}")
+
+
+def _per_rank(record: dict) -> str:
+    return " ".join(f"{s:.3f}" for s in record["per_rank_seconds"])
 
 
 def print_headline(lines: list[dict]) -> None:
@@ -674,7 +680,8 @@ def main(argv=None) -> int:
         write_baseline(args.write_baseline, args, records, host)
     say(f"# {len(records)} records, {len(bench.errors)} errors, {wrong_total} wrong answers, "
         f"{len(regressions)} regressions, {len(bench.unavailable)} unavailable; "
-        f"{time.monotonic() - started:.1f} s; report: {path}")
+        f"{time.monotonic() - started:.1f} s; load average before {host.get('load_average')}, after "
+        f"{report['host_after'].get('load_average')}; report: {path}")
     return status
 
 
