@@ -15,7 +15,7 @@ import time
 import torch
 
 from backends.reference.rpc.faulty import FaultyTransport
-from backends.reference.rpc.pg_transport import PgTransport
+from backends.reference.rpc.pg_transport import DTYPE_CODES, PgTransport
 from backends.reference.rpc.transport import Frame, Kind, TransportError
 from backends.rpc_agents import Faults
 from fixtures.rank import ctx
@@ -128,6 +128,12 @@ def payload_cases() -> list[tuple[str, torch.Tensor]]:
         else:
             value = (base * 40).abs().to(torch.int64).to(dtype)
         cases.append((f"{dtype}", value))
+    # Every other dtype the transport carries (complex32, the float8 fnuz and e8m0 kinds, ...):
+    # random bit patterns, NaNs included, which must arrive bit for bit.
+    for dtype in DTYPE_CODES:
+        if dtype != torch.bool and f"{dtype}" not in {name for name, _ in cases}:
+            raw = torch.randint(0, 256, (3, 4 * dtype.itemsize), generator=gen, dtype=torch.uint8)
+            cases.append((f"{dtype} bits", raw.view(dtype)))
     cases += [
         ("0-dim", torch.tensor(3.25)),
         ("0-dim bool", torch.tensor(True)),
