@@ -268,6 +268,7 @@ def test_cli_counts_wrong_answers(tmp_path, capsys):
     (("--agent", "tensorpipe,grpc"), "--agent: unknown 'grpc'; known: tensorpipe, reference-pg, reference-tp"),
     (("--modes", "burst"), "--modes: unknown 'burst'; known: async, sync"),
     (("--world-size", "1"), "--world-size: need world sizes >= 2"),
+    (("--num-worker-threads", "0"), "--num-worker-threads must be >= 1"),
     (("--profile-benchmarks", "medium"), "--profile-benchmarks: unknown 'medium'; known: light, heavy"),
     (("--plant", "tensorpipe:crash"), "--plant: 'tensorpipe:crash' is not AGENT:FAULT"),
     (("--baseline", "/nonexistent/rpc.json"), "--baseline: cannot read /nonexistent/rpc.json"),

@@ -172,6 +172,8 @@ def _check_args(args) -> None:
     args.profiled_list = _subset("--profile-benchmarks", args.profile_benchmarks, BENCHMARKS)
     if min(args.calls, args.heavy_calls, args.repeat) < 1 or args.warmup < 0:
         raise UsageError("--calls, --heavy-calls and --repeat must be >= 1, --warmup >= 0")
+    if args.num_worker_threads < 1 or args.deadline <= 0 or args.rpc_timeout <= 0:
+        raise UsageError("--num-worker-threads must be >= 1, --deadline and --rpc-timeout > 0 (seconds)")
     if args.max_regression < 0:
         raise UsageError("--max-regression must be >= 0 (a percentage)")
     args.planted = {}
