@@ -458,6 +458,7 @@ def test_start_without_default_group_says_what_is_missing():
 
     if dist.is_initialized():
         pytest.skip("this pytest process has a default group")
+    before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="init_process_group"):
         PgTransport().start(0, 2, None, lambda *a: None, lambda *a: None)
-    threading.enumerate()  # no listener was started
+    assert not [t.name for t in set(threading.enumerate()) - before if t.name.startswith("reference-pg")]
