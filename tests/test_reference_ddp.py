@@ -525,6 +525,12 @@ class Mixture(nn.Module):
         return outs if as_dict else tuple(outs.values())
 
 
+def mean_into_new_tensor(state, bucket):
+    """A comm hook whose result is a new tensor, not the bucket's buffer (the reducer must copy it back)."""
+    tensor = bucket.buffer() / dist.get_world_size()
+    return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0] * 1.0)
+
+
 def run_scenario(impl, base, scenario):
     """Per iteration: the grads (or the error text) one DDP produces for the scenario."""
     torch.manual_seed(0)
@@ -532,7 +538,8 @@ def run_scenario(impl, base, scenario):
                                         "bucket_cap_mb")}
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    hook = {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook}.get(scenario["hook"])
+    hook = {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+            "new_tensor": mean_into_new_tensor}.get(scenario["hook"])
     record = []
     try:
         ddp = wrap(impl, copy.deepcopy(base), **options)
@@ -1012,7 +1019,7 @@ def draw_scenario(rng: random.Random, world_size: int) -> dict:
         # a reduction that never finishes leaves bucket-view gradients mid-all-reduce: undefined, not compared
         "gradient_as_bucket_view": not never_finishes and rng.random() < 0.4,
         "bucket_cap_mb": rng.choice([None, None, 0.0002, 0.001]),
-        "hook": rng.choice([None, None, "allreduce", "fp16"]),
+        "hook": rng.choice([None, None, "allreduce", "fp16", "new_tensor"]),
         "double_branch": rng.random() < 0.3,
         "as_dict": rng.random() < 0.3,
         "steps": steps,
