@@ -437,10 +437,19 @@ def test_garbled_meta_is_a_frame_error_naming_the_sender(raw):
 
 
 def test_send_before_start_and_to_self_are_refused():
-    """send() before start() is a TransportError, to itself or out of range a ValueError, both naming the rank."""
+    """send() before start() is a TransportError, to itself or out of range a ValueError (both naming the
+    rank), a non-Frame a TypeError, the reserved STOP kind a ValueError."""
     transport = PgTransport()
     with pytest.raises(ValueError, match="rank 5"):
         transport.send(5, Frame(1, 0, b""))
+    transport._world_size, transport._rank = 2, 0  # as start() would, without a group
+    with pytest.raises(TypeError, match="Frame"):
+        transport.send(1, (1, 0, b""))
+    with pytest.raises(ValueError, match="reserved"):
+        transport.send(1, Frame(pg_transport.STOP_KIND, 0, b""))
+    transport._dst_locks = {1: threading.Lock()}
+    with pytest.raises(TransportError, match="cannot send to rank 1: the transport is not started"):
+        transport.send(1, Frame(1, 0, b""))
     transport.shutdown()  # before start: a no-op, idempotent
     transport.shutdown()
 

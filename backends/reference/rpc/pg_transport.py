@@ -345,6 +345,8 @@ class PgTransport(Transport):
         if dst == self._rank or not 0 <= dst < self._world_size:
             raise ValueError(f"reference-pg transport of rank {self._rank}: cannot send to rank {dst} "
                              f"(peers are {self._peers()}; the agent handles self-sends)")
+        if not isinstance(frame, Frame):
+            raise TypeError(f"reference-pg sends transport.Frame objects, got {type(frame).__name__}")
         if frame.kind == STOP_KIND:
             raise ValueError(f"frame kind {STOP_KIND} is reserved for the transport's STOP frame")
         meta, body, datas = encode(frame)
