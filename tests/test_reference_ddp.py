@@ -702,6 +702,35 @@ def rank_reentrant_checkpoint(static_graph):
     return describe_difference(out["reference"], out["torch"]), isinstance(out["reference"][0], str)
 
 
+def rank_subgroup_training():
+    """Ranks 1 and 2 of 3 train over a subgroup with uneven inputs; rank 0 is not in it."""
+    group = dist.new_group([1, 2])
+    if ctx.rank == 0:
+        return None
+    out = {}
+    for impl in IMPLS:
+        torch.manual_seed(ctx.rank)  # different init: the broadcast from group rank 0 (global rank 1) shows
+        ddp = wrap(impl, Mixture(double_branch=False), process_group=group, bucket_cap_mb=0.0002)
+        records = []
+        with ddp.join(divide_by_initial_world_size=False):
+            for it in range(2 + ctx.rank):
+                x = torch.randn(3, 6, generator=torch.Generator().manual_seed(it + 10 * ctx.rank))
+                sum(v.sum() for v in ddp(x, [True] * 4, False)).backward()
+                records.append(grads(ddp.module))
+        records.append([p.detach().clone() for p in ddp.module.parameters()])
+        out[impl] = (records, ddp._authoritative_rank)
+    return (describe_difference(out["reference"][0], out["torch"][0]), out["reference"][1], out["torch"][1])
+
+
+def rank_model_mismatch():
+    """Rank 1 has one parameter more: construction raises on every rank, naming the counts."""
+    out = {}
+    for impl in IMPLS:
+        module = nn.Sequential(*[nn.Linear(2, 2) for _ in range(1 + ctx.rank)])
+        out[impl] = error_text(lambda: wrap(impl, module))
+    return out
+
+
 # ================================================================ pytest side
 @pytest.fixture(scope="module")
 def registry():
@@ -858,6 +887,14 @@ def test_marked_twice_error_text(world2):
     for result in world2.run(rank_marked_twice):
         assert result["reference"] == result["torch"]
         assert result["reference"].startswith("Expected to mark a variable ready only once.")
+
+
+def test_different_models_error(world2):
+    """A1: a parameter-count mismatch across ranks raises torch's "DDP expects same model across all ranks" text."""
+    results = world2.run(rank_model_mismatch)
+    for rank, result in enumerate(results):
+        assert result["reference"] == result["torch"]
+        assert result["reference"].startswith(f"DDP expects same model across all ranks, but Rank {rank} has")
 
 
 def test_no_trainable_parameters_error(world2):
@@ -1107,3 +1144,12 @@ def test_reentrant_checkpoint(world2, static_graph):
     for difference, first_iteration_raised in world2.run(rank_reentrant_checkpoint, static_graph):
         assert difference is None
         assert not first_iteration_raised
+
+
+def test_subgroup(world3):
+    """Over a subgroup of global ranks [1, 2]: group ranks for sources and the authoritative rank, same results as torch."""
+    results = world3.run(rank_subgroup_training)
+    assert results[0] is None
+    for difference, reference_authoritative, torch_authoritative in results[1:]:
+        assert difference is None
+        assert reference_authoritative == torch_authoritative == 1  # group rank of global rank 2, the last joiner
