@@ -35,6 +35,17 @@ REFERENCE_MODULE = "backends.reference.ddp"
 # (impl, clause = test function name) -> why the implementation does not meet it.
 IMPL_GAPS: tuple[Gap, ...] = ()
 
+# A backend-level requirement (matched against the backend spec's gaps): torch's C++
+# reducer keeps the Work of Join's per-forward all-reduce and waits on it in backward
+# (divide_by_initial_world_size=False), after Python has dropped its reference. A
+# backend whose Works are Python objects must keep them working from C++ alone.
+WORK_HELD_BY_CPP = {"work": "held_by_cpp"}
+
+
+def needs_of(impl: str, divide_by_initial_world_size: bool = True) -> dict:
+    """Backend requirements of a Join case beyond the suite's own."""
+    return WORK_HELD_BY_CPP if impl == "torch" and not divide_by_initial_world_size else {}
+
 
 def gap_for(impl: str, clause: str) -> Gap | None:
     for gap in IMPL_GAPS:

@@ -172,9 +172,23 @@ def expected_grad(iteration: int, world_size: int, divide_by_initial: bool) -> f
     return INPUT_VALUE * active / world_size if divide_by_initial else INPUT_VALUE
 
 
-@pytest.mark.parametrize("impl", impls.impl_params())
+def divide_params() -> list:
+    """(impl, divide_by_initial_world_size) pairs; torch's divide-by-active path also needs impls.WORK_HELD_BY_CPP."""
+    params = []
+    for impl_param in impls.impl_params():
+        impl = impl_param.values[0]
+        for divide in (True, False):
+            marks = list(impl_param.marks)
+            need = impls.needs_of(impl, divide)
+            if need:
+                marks.append(pytest.mark.needs(**need))
+            params.append(pytest.param(impl, divide, marks=marks,
+                                       id=f"{'divide_initial' if divide else 'divide_active'}-{impl}"))
+    return params
+
+
 @pytest.mark.parametrize("find_unused", [False, True], ids=["", "find_unused"])
-@pytest.mark.parametrize("divide_by_initial", [True, False], ids=["divide_initial", "divide_active"])
+@pytest.mark.parametrize("impl,divide_by_initial", divide_params())
 def test_join_gradients_per_iteration(world, impl, divide_by_initial, find_unused):
     """Spec D8: rank r runs 3+2r iterations; each iteration's gradient entries are 50 x active/world_size (divide_by_initial_world_size=True) or 50 (False), with and without find_unused_parameters (whose used-map all-reduce joined ranks shadow too)."""
     n = world.world_size
