@@ -25,7 +25,10 @@ class RpcBugHost(GlooWrapper):
 
 def plant(name: str, method: str, make_replacement) -> object:
     """Replace ``Agent.<method>`` by ``make_replacement(original)`` (once per process); return the backend spec."""
-    original = getattr(Agent, method)
+    original = getattr(Agent, method, None)
+    if original is None:  # the core was refactored: say what to update instead of failing obscurely
+        raise ImportError(f"{name}: backends.reference.rpc.agent.Agent has no method {method!r} any more; "
+                          f"plant the bug in its successor (tests/seeded/{name}.py)")
     if not getattr(original, "__seeded_bug__", False):
         replacement = functools.wraps(original)(make_replacement(original))
         replacement.__seeded_bug__ = True
