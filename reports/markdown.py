@@ -29,6 +29,9 @@ def render(records, meta: dict) -> str:
     out.append(f"backends: `{meta.get('backends')}` · world sizes: `{meta.get('world_sizes')}` · "
                f"plugins: `{meta.get('plugins') or '-'}` · wall time: {meta.get('wall_seconds')} s · "
                f"pytest exit status: {meta.get('exit_status')}")
+    if any(getattr(r, "rpc_agent", "") for r in records):
+        out.append("")
+        out.append(f"RPC agents: `{meta.get('rpc_agents')}`")
     out.append("")
 
     table: dict = defaultdict(Counter)
