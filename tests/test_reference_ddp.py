@@ -731,6 +731,12 @@ def rank_model_mismatch():
     return out
 
 
+def rank_shape_mismatch():
+    """Rank 1's Linear has one output more: the reference raises on every rank (torch leaves rank 0 in a broadcast)."""
+    module = nn.Linear(2, 2 + ctx.rank)
+    return error_text(lambda: wrap("reference", module))
+
+
 # ================================================================ pytest side
 @pytest.fixture(scope="module")
 def registry():
@@ -895,6 +901,14 @@ def test_different_models_error(world2):
     for rank, result in enumerate(results):
         assert result["reference"] == result["torch"]
         assert result["reference"].startswith(f"DDP expects same model across all ranks, but Rank {rank} has")
+
+
+def test_different_shapes_error_on_every_rank(world2):
+    """A1: a shape mismatch raises on every rank: torch's text on the mismatching rank, the culprits named on the others."""
+    results = world2.run(rank_shape_mismatch)
+    assert results[1] == "[1]: params[0] in this process with sizes [3, 2] appears not to match sizes of the same " \
+        "param in process 0."
+    assert results[0].startswith("[0]: DDP expects same model across all ranks, but the parameters of rank(s) [1]")
 
 
 def test_no_trainable_parameters_error(world2):

@@ -40,6 +40,16 @@ reads torch's from ``ddp.reducer._get_zeros_like_grad_buckets()``):
   parameters in managed order);
 * ``ddp.bucket_numels()``: number of elements of each bucket's flat buffer.
 
+Where it deliberately differs from torch 2.13 (tests/test_reference_ddp.py
+checks everything else against torch, gradients bit for bit):
+
+* parameter shapes that differ between ranks raise on every rank (torch
+  raises on the mismatching rank only; rank 0 waits in a broadcast);
+* a rank that joins before its first backward adds zeros to the
+  used-parameter all-reduce (torch adds an uninitialised ``at::empty`` map);
+* the "did not find any unused parameters" notice is a Python warning, once
+  per DDP (torch: a C++ warning on stderr, once per process).
+
 Not implemented: sparse gradients (``nn.Embedding(sparse=True)``; a clear
 NotImplementedError at construction), mixed precision, buffer comm hooks,
 ``delay_all_reduce_named_params`` and the other arguments torch 2.13 added

@@ -70,11 +70,14 @@ def buffers_to_sync(module: torch.nn.Module, ignore: set[str]) -> dict[str, torc
 
 
 def verify_same_model(process_group, params: list[torch.Tensor]) -> None:
-    """Every rank has as many managed parameters, of the same shapes, as rank 0.
+    """Every rank has as many managed parameters as every other, of rank 0's sizes and strides.
 
     Checked before the first broadcast: a broadcast of mismatched tensors would
-    hang or fail far from the cause. Texts follow torch's
-    ``_verify_params_across_processes``.
+    hang or fail far from the cause. The texts are torch's
+    (``_verify_params_across_processes``). One deliberate difference: torch
+    raises the size/stride error only on the mismatching ranks and leaves the
+    others waiting in the first broadcast (a hang until the group timeout);
+    here every rank learns the shapes of all and raises at once.
     """
     device = params[0].device
     world_size = dist.get_world_size(process_group)
@@ -87,20 +90,35 @@ def verify_same_model(process_group, params: list[torch.Tensor]) -> None:
             raise RuntimeError(
                 f"DDP expects same model across all ranks, but Rank {rank} has {len(params)} params, "
                 f"while rank {other} has inconsistent {int(their_count.item())} params.")
-    shapes = torch.tensor([d for p in params for d in (*p.shape, *p.stride())] or [0],
-                          dtype=torch.long, device=device)
-    rank0 = shapes.clone()
-    dist.broadcast(rank0, src=global_rank(process_group, 0), group=process_group)
-    if not torch.equal(rank0, shapes):
-        mismatched = []
-        offset = 0
+    # per parameter: number of dims, sizes, strides (lengths may differ between ranks: pad with -1)
+    layout = [v for p in params for v in (p.dim(), *p.shape, *p.stride())]
+    length = torch.tensor([len(layout)], dtype=torch.long, device=device)
+    lengths = [torch.empty_like(length) for _ in range(world_size)]
+    dist.all_gather(lengths, length, group=process_group)
+    longest = max(int(n.item()) for n in lengths)
+    mine = torch.full((longest,), -1, dtype=torch.long, device=device)
+    mine[:len(layout)] = torch.tensor(layout, dtype=torch.long)
+    everyone = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(everyone, mine, group=process_group)
+    rank0 = everyone[0].cpu().tolist()
+    mismatched = [r for r, theirs in enumerate(everyone) if not torch.equal(theirs, everyone[0])]
+    if not mismatched:
+        return
+    if rank in mismatched:
+        position = 0
         for index, p in enumerate(params):
-            width = 2 * p.dim()
-            if not torch.equal(shapes[offset:offset + width], rank0[offset:offset + width]):
-                mismatched.append(f"params[{index}] in this process with sizes {list(p.shape)} "
-                                  f"appears not to match sizes of the same param in process 0.")
-            offset += width
-        raise RuntimeError(f"[{rank}]: " + " ".join(mismatched or ["parameter shapes differ from process 0."]))
+            dims = p.dim()
+            their_sizes = rank0[position + 1:position + 1 + dims]
+            their_strides = rank0[position + 1 + dims:position + 1 + 2 * dims]
+            if rank0[position] != dims or their_sizes != list(p.shape):
+                raise RuntimeError(f"[{rank}]: params[{index}] in this process with sizes {list(p.shape)} "
+                                   "appears not to match sizes of the same param in process 0.")
+            if their_strides != list(p.stride()):
+                raise RuntimeError(f"[{rank}]: params[{index}] in this process with strides {list(p.stride())} "
+                                   "appears not to match strides of the same param in process 0.")
+            position += 1 + 2 * dims
+    raise RuntimeError(f"[{rank}]: DDP expects same model across all ranks, but the parameters of rank(s) "
+                       f"{mismatched} do not match the sizes or strides of process 0's (their errors say which).")
 
 
 def global_rank(process_group, group_rank: int) -> int:
