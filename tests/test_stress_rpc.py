@@ -175,6 +175,7 @@ def profiled_run(tmp_path_factory):
 
 
 def test_cli_writes_every_record_with_the_required_fields(profiled_run):
+    """stress.json has one record per (agent, backend, benchmark, mode, profiled) with the issue's fields."""
     proc, report, _ = profiled_run
     assert proc.returncode == 0, _why(proc)
     records = report["records"]
@@ -199,6 +200,7 @@ def test_cli_writes_every_record_with_the_required_fields(profiled_run):
 
 
 def test_cli_profile_reports_overhead_next_to_the_unprofiled_run(profiled_run):
+    """--profile: each light record has a profiled twin with overhead = profiled / unprofiled seconds."""
     proc, report, _ = profiled_run
     assert proc.returncode == 0, _why(proc)
     by_key = {(r["mode"], r["profiled"]): r for r in report["records"] if r["benchmark"] == "light"}
@@ -211,6 +213,7 @@ def test_cli_profile_reports_overhead_next_to_the_unprofiled_run(profiled_run):
 
 
 def test_cli_passes_a_baseline_it_meets_and_writes_one_equal_to_its_report(profiled_run):
+    """A baseline the run beats passes (exit 0); --write-baseline stores the run's records, command and host."""
     proc, report, written = profiled_run
     assert proc.returncode == 0, _why(proc)
     assert report["regressions"] == [] and report["not_in_baseline"] == []
@@ -240,8 +243,10 @@ def test_cli_fails_on_a_regressed_figure(profiled_run, tmp_path, capsys):
 
 
 def test_cli_hung_agent_is_an_error_row_and_the_run_goes_on(tmp_path, capsys):
+    """An agent whose calls never return: a DeadlineExceeded error row with the callee's stack, then a
+    fresh world and agent measure the next benchmark, and the run exits 1."""
     status, out, report = run_main(tmp_path, capsys, "--agent", "tensorpipe", "--world-size", "2", "--modes", "sync",
-                                   *TINY, "--plant", "tensorpipe:stall", "--deadline", "3")
+                                   *TINY, "--plant", "tensorpipe:stall", "--deadline", "6")
     assert status == 1, out
     [error] = report["errors"]
     assert (error["agent"], error["benchmark"], error["mode"], error["stage"]) == ("tensorpipe", "light", "sync",
@@ -254,6 +259,7 @@ def test_cli_hung_agent_is_an_error_row_and_the_run_goes_on(tmp_path, capsys):
 
 
 def test_cli_counts_wrong_answers(tmp_path, capsys):
+    """Every answer other than 0 counts, over warm-ups and repeats; any makes the exit status 1."""
     status, out, report = run_main(tmp_path, capsys, "--agent", "tensorpipe", "--world-size", "2",
                                    "--benchmarks", "light", "--modes", "async", *TINY, "--plant", "tensorpipe:wrong",
                                    "--repeat", "2")
@@ -274,6 +280,7 @@ def test_cli_counts_wrong_answers(tmp_path, capsys):
     (("--baseline", "/nonexistent/rpc.json"), "--baseline: cannot read /nonexistent/rpc.json"),
 ])
 def test_usage_errors_exit_2_with_a_clear_message(tmp_path, args, message):
+    """Bad options are refused before any process starts, with a message naming the option."""
     proc, report = run_cli(tmp_path, *args, timeout=60)
     assert proc.returncode == 2, _why(proc)
     assert message in proc.stderr
@@ -281,6 +288,7 @@ def test_usage_errors_exit_2_with_a_clear_message(tmp_path, args, message):
 
 
 def test_unknown_backend_and_bad_baseline_are_usage_errors(tmp_path, capsys):
+    """An unknown backend and a baseline without the record fields are usage errors too (exit 2)."""
     assert rpc_stress.main(["--backend", "no_such_backend", "--report-dir", str(tmp_path / "report")]) == 2
     assert "usage error: unknown backend 'no_such_backend'" in capsys.readouterr().err
     assert not (tmp_path / "report").exists()
