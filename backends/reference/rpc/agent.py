@@ -134,6 +134,31 @@ def resolve_key(key: bytes):
     return func
 
 
+class SyncWaiter:
+    """What rpc_sync waits on: a lock released by the response (a torch Future costs more)."""
+
+    __slots__ = ("_lock", "_value", "_error")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._value = self._error = None
+
+    def set_result(self, value) -> None:
+        self._value = value
+        self._lock.release()
+
+    def set_exception(self, error) -> None:
+        self._error = error
+        self._lock.release()
+
+    def wait(self):
+        self._lock.acquire()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class Pending:
     __slots__ = ("future", "call", "dst", "timeout", "rref")
 
@@ -374,6 +399,12 @@ class Agent:
     # ============================================================ caller
     def worker_info(self, to) -> WorkerInfo:
         """torch's _to_worker_info with the agent's lookup texts (tensorpipe_agent.cpp getWorkerInfo)."""
+        if type(to) is str:  # the common cases first: a name, a rank
+            info = self.by_name.get(to)
+            if info is not None:
+                return info
+        elif type(to) is int and 0 <= to < self.world_size:
+            return self.workers[to]
         if isinstance(to, WorkerInfo):
             if not 0 <= to.id < self.world_size:
                 raise RuntimeError(f"name:{self.name},rank:{self.rank} could not find destination id {to.id}")
@@ -390,8 +421,12 @@ class Agent:
         raise ValueError(f"Cannot get WorkerInfo from name {to}")  # torch's api._to_worker_info
 
     def call(self, dst: int, kind: int, key, target, args, kwargs, async_exec: bool, timeout: float,
-             call=None, rref: RRef | None = None, func=None) -> torch.futures.Future:
-        """Send one request; the Future completes with its response (or error)."""
+             call=None, rref: RRef | None = None, sync: bool = False) -> torch.futures.Future:
+        """Send one request; the Future completes with its response (or error).
+
+        ``sync``: the caller only waits (rpc_sync, profiler off): a SyncWaiter,
+        cheaper than a torch Future, stands in for it.
+        """
         if self.stopped:
             raise RuntimeError("RPC has not been initialized. Call torch.distributed.rpc.init_rpc first.")
         if timeout < 0:  # UNSET
@@ -401,7 +436,7 @@ class Agent:
             extra = profiling.request_fields(call)
         remote_ids = (rref.rref_id, rref.fork_id) if rref is not None else None
         header, tensors = serialize.dumps((key, target, args, kwargs, async_exec, extra, remote_ids))
-        future = torch.futures.Future()
+        future = SyncWaiter() if sync else torch.futures.Future()
         msg_id = next(self._ids)
         self._pending[msg_id] = Pending(future, call, dst, timeout, rref)
         if timeout > 0:
