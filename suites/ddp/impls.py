@@ -8,11 +8,11 @@ Two implementations run every clause on the backend under test:
 
 Both take torch's constructor arguments and work inside torch's
 ``torch.distributed.algorithms.Join``. What differs is only how their buckets
-are observed: the reference reducer exposes ``bucket_indices()`` and
-``bucket_numels()``; torch's are read from its reducer's GradBuckets
-(``reducer._get_zeros_like_grad_buckets()``: reducer order, each bucket's
-parameters and flat buffer), mapped to managed-parameter indices through
-``ddp._module_parameters``.
+are observed: the reference reducer exposes ``bucket_indices()``,
+``bucket_numels()`` and ``managed_parameters()``; torch's are read from its
+reducer's GradBuckets (``reducer._get_zeros_like_grad_buckets()``: reducer
+order, each bucket's parameters and flat buffer), mapped to managed-parameter
+indices by torch's own managed-parameter walk (``managed_parameters``).
 
 ``IMPL_GAPS`` is capability data at the implementation level, like a backend
 spec's gaps: a matching (impl, clause) becomes a strict xfail whose reason is
@@ -102,14 +102,15 @@ def ignore_parameters(impl: str, module: torch.nn.Module, names) -> None:
 
 def managed_parameters(ddp) -> list:
     """The parameters the reducer manages, in managed-index order."""
-    if hasattr(ddp, "_module_parameters"):
-        return list(ddp._module_parameters)
+    if hasattr(ddp, "managed_parameters"):  # the reference reducer says so itself
+        return list(ddp.managed_parameters())
+    # torch: the walk of DistributedDataParallel._build_params_for_reducer (spec A1), without
+    # its side effects: per module, its own trainable parameters not ignored, shared ones once
     ignored = set(getattr(ddp, "parameters_to_ignore", ()) or ())
     seen, managed = set(), []
     for mod_name, mod in ddp.module.named_modules():
         for name, p in mod.named_parameters(recurse=False):
-            full = f"{mod_name}.{name}" if mod_name else name
-            if p.requires_grad and full not in ignored and id(p) not in seen:
+            if p.requires_grad and f"{mod_name}.{name}" not in ignored and id(p) not in seen:
                 seen.add(id(p))
                 managed.append(p)
     return managed
