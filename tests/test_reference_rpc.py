@@ -272,6 +272,56 @@ def test_fuzzed_frames_drop_only_their_connection():
             t.shutdown()
 
 
+def test_malformed_frame_fails_that_peers_calls_only():
+    """Agents in one process: a peer that sends a malformed frame is dropped and the calls waiting on it fail with the reason; calls to other peers go on."""
+    from backends.reference.rpc import ReferenceRpcBackendOptions, api
+    from backends.reference.rpc.agent import Agent
+
+    store = dist.HashStore()
+    agents = [Agent(f"worker{r}", r, 3, ReferenceRpcBackendOptions(store=store, rpc_timeout=30), store,
+                    TpTransport(connect_timeout=10.0)) for r in range(2)]
+    errors = []
+
+    def start(agent):
+        try:
+            agent.start()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(agent,)) for agent in agents]
+    for t in threads:
+        t.start()
+    store.set("agent/name/2", "worker2")  # rank 2 is this test: it dials both agents honestly
+    token = store.get("tp/token").decode()
+    fake = []
+    for r in range(2):
+        host, port = store.get(f"tp/addr/{r}").decode().rsplit(":", 1)
+        fake.append(socket.create_connection((host, int(port)), timeout=5))
+        fake[-1].sendall(tp_transport._hello_bytes(tp_transport.HELLO, {"token": token, "rank": 2}))
+    for t in threads:
+        t.join(15)
+    assert not errors, errors
+    try:
+        def call(agent, dst, func, *args):
+            kind, key, target, async_exec = api._target_of(func)
+            return agent.call(dst, kind, key, target, args, {}, async_exec, -1.0)
+
+        waiting = call(agents[0], 2, fns.add, 1, 2)  # rank 2 never answers
+        assert torch.equal(call(agents[0], 1, fns.add, torch.ones(2), 1).wait(), torch.full((2,), 2.0))
+        fake[0].sendall(b"DCRP" + bytes([9]) + bytes(40))  # version 9: malformed
+        with pytest.raises(RuntimeError, match=r"RPC to WorkerInfo\(id=2, name=worker2\) failed: rank 2 sent a "
+                                               r"malformed frame \(unsupported protocol version 9\)"):
+            waiting.wait()
+        assert torch.equal(call(agents[0], 1, fns.add, torch.ones(2), 2).wait(), torch.full((2,), 3.0))
+        assert torch.equal(call(agents[1], 0, fns.add, torch.ones(2), 3).wait(), torch.full((2,), 4.0))
+        assert agents[0].transport.dropped and not agents[1].transport.dropped
+    finally:
+        for sock in fake:
+            sock.close()
+        for agent in agents:
+            agent.shutdown(graceful=False)
+
+
 def test_start_times_out_naming_missing_ranks():
     """A rank that never dials makes start() fail within connect_timeout, naming it."""
     store = dist.HashStore()

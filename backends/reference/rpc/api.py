@@ -15,7 +15,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch._C._distributed_rpc import WorkerInfo
-from torch.distributed.rpc import functions  # noqa: F401  (re-exported: rpc.functions.async_execution)
+from torch.distributed.rpc import BackendType, functions  # noqa: F401  (functions re-exported: rpc.functions.async_execution)
 from torch.distributed.rpc.internal import RPCExecMode
 
 from . import profiling
@@ -63,6 +63,8 @@ def _make_transport(options: ReferenceRpcBackendOptions):
 def init_rpc(name, backend=None, rank=-1, world_size=None, rpc_backend_options=None):
     """Start this worker's reference agent; returns when every worker of the world has started."""
     global _agent, _init_counter, _rendezvous
+    if backend is not None and not isinstance(backend, BackendType):
+        raise TypeError("Argument backend must be a member of BackendType")  # torch's text; the options choose
     if rpc_backend_options is None:
         raise TypeError("reference RPC needs rpc_backend_options=ReferenceRpcBackendOptions(...)")
     if not isinstance(rpc_backend_options, ReferenceRpcBackendOptions):
