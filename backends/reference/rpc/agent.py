@@ -39,7 +39,7 @@ from torch._C._distributed_rpc import WorkerInfo
 
 from . import profiling, serialize
 from .rref import RRef
-from .transport import Frame, Kind, TransportError
+from .transport import Frame, Kind
 
 log = logging.getLogger(__name__)
 
