@@ -3,6 +3,8 @@
 * find_unused_parameters: a parameter no rank used keeps ``.grad`` as it was
   (None stays None); one used on some ranks only gets, on every rank, the
   average over all ranks with the non-users counting zero (spec A6, D4).
+* find_unused_parameters and an output the loss ignores: torch 2.13 treats
+  that output's parameters as unused (grad None) and raises nothing.
 * Without find_unused_parameters an unused parameter leaves the reduction
   unfinished; the next forward with grad enabled raises torch's error naming
   the rank and the parameter indices; a forward under no_grad does not
@@ -76,6 +78,27 @@ def unused_without_find_unused(impl, seed):
     return events
 
 
+def output_left_out_of_loss(impl, seed, iterations=3):
+    """TwoOutputs under find_unused, the loss built from head_a's output only."""
+    model = models.TwoOutputs(seed)
+    baseline = common.baseline_copy(model)
+    ddp = impls.wrap(impl, model, find_unused_parameters=True)
+    out = []
+    for step in range(iterations):
+        x, y = common.local_batch(seed, step, 4, 6)
+        try:
+            common.mse(ddp(x)[0], y, "mean").backward()
+        except RuntimeError as exc:
+            out.append(str(exc))
+            break
+        gx, gy = common.global_batch(seed, step, 4, 6)
+        common.mse(baseline(gx)[0], gy, "mean").backward()
+        out.append((models.grads_of(ddp.module), models.grads_of(baseline)))
+        ddp.zero_grad(set_to_none=True)
+        baseline.zero_grad(set_to_none=True)
+    return out
+
+
 def shared_accumulator(impl, seed, static_graph, iterations=6):
     model = models.SharedAccumulator(seed)
     baseline = common.baseline_copy(model)
@@ -140,6 +163,16 @@ def test_unused_parameter_error_names_rank_and_indices(world, impl):
         assert error.startswith(UNFINISHED_REDUCTION), f"{what}: iteration 2's forward gave {error!r}"
         expected = f"Parameter indices which did not receive grad for rank {rank}: 2 3"
         assert expected in error, f"{what}: error lacks {expected!r}: {error!r}"
+
+
+@pytest.mark.parametrize("impl", impls.impl_params())
+def test_output_left_out_of_loss_is_unused(world, impl):
+    """find_unused_parameters and a forward output the loss ignores: torch 2.13 trains on, that head's grads stay None, the other head's equal the baseline (spec A7's "not all `forward` outputs participate" error is not raised here)."""
+    for rank, steps in enumerate(world.run(output_left_out_of_loss, impl, 35)):
+        what = f"{impl} DDP rank {rank}"
+        assert len(steps) == 3 and all(isinstance(g, tuple) for g in steps), f"{what}: {steps[-1]!r}"
+        for step, (grads, base_grads) in enumerate(steps):
+            expect_close(grads, base_grads, f"{what} step {step}", atol=1e-6)  # head_b: None on both sides
 
 
 @pytest.mark.parametrize("impl", impls.impl_params())
