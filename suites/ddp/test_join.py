@@ -78,8 +78,9 @@ def throwing_training(impl, iterations):
 class CountingJoinable(Joinable):
     """Each step all-reduces ones: the result is the number of ranks still stepping."""
 
-    def __init__(self):
+    def __init__(self, group=None):
         super().__init__()
+        self.group = group
         self.is_last_joiner = None
         self.shadowed = 0
         self.hook_kwargs = None
@@ -100,7 +101,7 @@ class CountingJoinable(Joinable):
 
     @property
     def join_process_group(self):
-        return dist.group.WORLD
+        return dist.group.WORLD if self.group is None else self.group
 
 
 class _ShadowAllReduce(JoinHook):
@@ -145,8 +146,13 @@ class BodyError(Exception):
 
 
 def join_argument_checks():
+    key = "ddp_join_other_group"
+    if key not in ctx.scratch:  # a second group of the same ranks (new_group is collective: every rank calls it)
+        ctx.scratch[key] = dist.new_group(ranks=list(range(ctx.world_size)))
+    other = ctx.scratch[key]
     outcomes = {}
     for name, make in (("empty", lambda: Join([])),
+                       ("two groups", lambda: Join([CountingJoinable(), CountingJoinable(other)])),
                        ("uninitialised", lambda: Join.notify_join_context(NotInitialised()))):
         try:
             make()
@@ -240,8 +246,8 @@ def test_custom_joinable(world):
 
 
 def test_join_argument_checks(world):
-    """Join([]) raises ValueError, notify_join_context of a Joinable that skipped Joinable.__init__ an AssertionError, and an exception in the body propagates unchanged with the group still usable."""
+    """Join([]) and Join over joinables of different process groups raise ValueError, notify_join_context of a Joinable that skipped Joinable.__init__ an AssertionError, and an exception in the body propagates unchanged with the group still usable."""
     for rank, outcomes in enumerate(world.run(join_argument_checks)):
-        assert outcomes == {"empty": "ValueError", "uninitialised": "AssertionError",
+        assert outcomes == {"empty": "ValueError", "two groups": "ValueError", "uninitialised": "AssertionError",
                             "body": "BodyError: from the body", "all_reduce after": float(world.world_size)}, \
             f"rank {rank}: {outcomes}"
