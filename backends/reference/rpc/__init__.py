@@ -10,6 +10,19 @@
 Two agents share the core (agent.py): ``reference-tp`` (direct sockets,
 tp_transport.py) and ``reference-pg`` (frames over the c10d process group,
 pg_transport.py). backends/rpc_agents.py lists them as data.
+
+Where they differ from torch.distributed.rpc, knowingly:
+
+* no distributed autograd (``RRef.backward`` says so) and no dynamic groups
+  (``world_size`` is required);
+* an RPC future fails through ``Future.set_exception`` (the original
+  exception type and torch's text), which a Python agent can only store as a
+  value: ``torch.futures.wait_all`` then raises the first failed future in
+  list order, not the first to fail (gap ``wait_all_early_error``);
+* a remote exception keeps its own class (TensorPipe turns a user-defined
+  subclass into the nearest builtin type);
+* ``RRef`` is this package's class, not ``torch.distributed.rpc.RRef``;
+  ``WorkerInfo`` is torch's.
 """
 
 from torch._C._distributed_rpc import WorkerInfo
