@@ -23,6 +23,7 @@ call's) timeout, naming the operation and the missing ranks.
 from __future__ import annotations
 
 import atexit
+import collections
 import queue
 import threading
 import time
@@ -38,6 +39,16 @@ from .transport import Mesh, PeerError, RecvTimeout
 SMALL_ALL_REDUCE_BYTES = 64 * 1024  # below: one round (all-gather, reduce locally); above: two
 
 
+# C++ callers (DDP's reducer keeps the Join all_reduce's Work to wait() and
+# result() on it a whole backward pass later) hold only the C++ half of a
+# Python Work. Once Python drops its last reference the overrides below are
+# gone and C++ falls through to c10d's base Work (wait() never returns,
+# getFuture() "not implemented"). So the group keeps every Work alive while
+# it is in flight and the most recent completed ones after that.
+_WORKS_IN_FLIGHT: set = set()
+_WORKS_RECENT: collections.deque = collections.deque(maxlen=4096)
+
+
 class ReferenceWork(dist.Work):
     """A Work backed by a torch Future, with the group's timeout on wait()."""
 
@@ -47,14 +58,20 @@ class ReferenceWork(dist.Work):
         self.what, self.timeout_s, self.on_timeout = what, timeout_s, on_timeout
         self.source = -1
         self._done = threading.Event()
+        _WORKS_IN_FLIGHT.add(self)
 
     def complete(self, value) -> None:
         self.future.set_result(value)
-        self._done.set()
+        self._finished()
 
     def fail(self, error: Exception) -> None:
         self.future.set_exception(error)
+        self._finished()
+
+    def _finished(self) -> None:
         self._done.set()
+        _WORKS_RECENT.append(self)
+        _WORKS_IN_FLIGHT.discard(self)
 
     def wait(self, timeout=None):
         limit = self.timeout_s if timeout is None or timeout.total_seconds() <= 0 else timeout.total_seconds()
