@@ -45,10 +45,6 @@ DISTCONFORM_SPEC = BackendSpec(
         Gap({"feature": "monitored_barrier"},
             "dist.monitored_barrier refuses every backend not named 'gloo' ('monitored_barrier is only "
             "implemented for GLOO backend')"),
-        Gap({"work": "held_by_cpp"},
-            "a ReferenceWork is a Python object: once Python drops it, C++ holders see a bare c10d::Work "
-            "whose wait() never returns (torch's DDP reducer waits in backward on Join's forward all-reduce "
-            "Work when divide_by_initial_world_size=False: a hang)", outcome="skip"),
     ),
     description="pure-Python reference process group over its own TCP mesh (the oracle)",
 )
