@@ -473,15 +473,6 @@ def test_strangers_refused_agent_keeps_serving(rworld):
         assert torch.equal(out["still"], torch.full((2,), 2.0)) and len(out["refused"]) == 4
 
 
-@pytest.mark.parametrize("rworld", [2], indirect=True, ids=["ws2"])
-def test_light_rpc_rate_report(rworld, record_property):
-    """Light RPC figures at ws 2 (reported, never asserted: the machine is shared)."""
-    out = rworld.run(fns.light_rpc_rate, 1000)[0]
-    for key, value in out.items():
-        record_property(key, round(value, 1))
-    print(out)
-
-
 def test_profiled_calls_carry_remote_events(rworld):
     """Under the legacy profiler an RPC is recorded under torch's key, with the callee's ops as #remote_op: rows."""
     ws = rworld.world_size

@@ -257,26 +257,6 @@ def stranger_refused() -> dict:
     return {"replies": replies, "still": still, "refused": refused}
 
 
-def light_rpc_rate(calls: int) -> dict:
-    """Rank 0's sync loop and async burst to rank 1 (numbers only: no assert on time)."""
-    with running(prefix="rate"):
-        out = {}
-        if ctx.rank == 0:
-            for _ in range(50):
-                rpc.rpc_sync(1, zero)
-            times = []
-            for _ in range(calls):
-                begin = time.perf_counter()
-                rpc.rpc_sync(1, zero)
-                times.append(time.perf_counter() - begin)
-            times.sort()
-            begin = time.perf_counter()
-            torch.futures.wait_all([rpc.rpc_async(1, zero) for _ in range(calls)])
-            out = {"p50_us": times[calls // 2] * 1e6, "p99_us": times[int(calls * 0.99)] * 1e6,
-                   "sync_per_s": calls / sum(times), "async_per_s": calls / (time.perf_counter() - begin)}
-    return out
-
-
 def profiled_call() -> list:
     """Under the legacy profiler, an RPC's record and the callee's ops (renamed #remote_op:) are in the profile."""
     with running(prefix="prof"):
