@@ -55,6 +55,8 @@ RESPONSES = frozenset(int(k) for k in (Kind.SCRIPT_RET, Kind.PYTHON_RET, Kind.RE
                                        Kind.PYTHON_RREF_FETCH_RET, Kind.RREF_ACK, Kind.EXCEPTION))
 
 WATCHDOG_TICK_S = 0.02
+ID_BITS = 40  # message ids below 2**40 share a deadline heap entry with their deadline
+ID_MASK = (1 << ID_BITS) - 1
 IDLE_POLL_S = 0.002
 
 # torch's texts (torch/csrc/distributed/rpc/rpc_agent.h kRpcTimeoutErrorStr with the
@@ -302,7 +304,11 @@ class Agent:
         self._pending: dict[int, Pending] = {}
         self._ids = itertools.count(1)
         self._wake_watchdog = threading.Event()
-        self._deadlines: list = []  # heap of (deadline, msg_id); pushes/pops are single C calls under the GIL
+        # heap of one int per armed call, (deadline in us since _t0) << ID_BITS | msg_id: a third of the
+        # memory of (deadline, msg_id) tuples, which stay until their deadline whether answered or not.
+        # heappush/heappop of ints are single C calls under the GIL: no lock.
+        self._deadlines: list = []
+        self._t0 = time.monotonic()
         self._sent = itertools.count()  # counters read through repr(): next() is atomic, += is not
         self._received = itertools.count()
         self._finished = itertools.count()
@@ -446,9 +452,10 @@ class Agent:
 
     def _arm(self, deadline: float, msg_id: int) -> None:
         deadlines = self._deadlines
-        if not deadlines or deadline < deadlines[0][0]:
+        key = (int((deadline - self._t0) * 1e6) << ID_BITS) | msg_id
+        if not deadlines or key < deadlines[0]:
             self._wake_watchdog.set()  # rare: a deadline earlier than every armed one
-        heapq.heappush(deadlines, (deadline, msg_id))
+        heapq.heappush(deadlines, key)
 
     def fetch(self, rref: RRef, timeout: float) -> torch.futures.Future:
         """to_here() of a user RRef: PYTHON_RREF_FETCH_CALL to its owner.
@@ -531,15 +538,17 @@ class Agent:
         deadlines, pending, wake = self._deadlines, self._pending, self._wake_watchdog
         while not self.stopped:
             # sleep until the earliest deadline (at most a tick: RRef deletes are flushed then)
-            pause = min(WATCHDOG_TICK_S, deadlines[0][0] - time.monotonic()) if deadlines else WATCHDOG_TICK_S
+            pause = WATCHDOG_TICK_S
+            if deadlines:
+                pause = min(pause, (deadlines[0] >> ID_BITS) / 1e6 + self._t0 - time.monotonic())
             if pause > 0:
                 wake.wait(pause)
             wake.clear()
             if not self.rrefs.released.empty():
                 self.rrefs.flush_released()
-            now = time.monotonic()
-            while deadlines and deadlines[0][0] <= now:
-                _, msg_id = heapq.heappop(deadlines)
+            now_key = (int((time.monotonic() - self._t0) * 1e6) + 1) << ID_BITS
+            while deadlines and deadlines[0] < now_key:
+                msg_id = heapq.heappop(deadlines) & ID_MASK
                 entry = pending.pop(msg_id, None)
                 if entry is None:
                     continue  # answered in time
