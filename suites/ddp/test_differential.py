@@ -14,7 +14,7 @@ backend is never drawn.
 
 Options and reproduction:
 
-* ``DISTCONFORM_DDP_EXAMPLES=N`` (default 12): runs per implementation,
+* ``--ddp-examples N`` (default 12): runs per implementation,
   backend and world size; ``--hypothesis-seed N`` repeats a session's runs.
 * A failure shrinks to a minimal ``Case(...)`` and prints a command that
   replays exactly it through ``DISTCONFORM_DDP_REPLAY``.
@@ -36,7 +36,6 @@ from suites.ddp.differential import MODES, Case, expected_of, train_case
 pytestmark = pytest.mark.needs(feature="ddp")
 
 REPLAY_ENV = "DISTCONFORM_DDP_REPLAY"
-EXAMPLES_ENV = "DISTCONFORM_DDP_EXAMPLES"
 ATOL = 1e-5
 
 
@@ -93,7 +92,7 @@ def check_case(world, impl: str, case: Case) -> None:
 
 
 @pytest.mark.parametrize("impl", impls.impl_params())
-def test_generated_runs_match_oracle(world, impl, backend_spec):
+def test_generated_runs_match_oracle(world, impl, backend_spec, request):
     """Generated MLPs, batch sizes, per-rank iteration maps under Join, loss and reducer modes: every rank's gradients and final weights equal the single-process oracle."""
     replay = os.environ.get(REPLAY_ENV)
     if replay:
@@ -107,7 +106,7 @@ def test_generated_runs_match_oracle(world, impl, backend_spec):
     divide_modes = tuple(d for d in (True, False)
                          if not impls.needs_of(impl, d) or backend_spec.gap_for(**impls.needs_of(impl, d)) is None)
 
-    @settings(max_examples=int(os.environ.get(EXAMPLES_ENV, "12")), deadline=None, database=None,
+    @settings(max_examples=request.config.getoption("ddp_examples"), deadline=None, database=None,
               phases=(Phase.explicit, Phase.generate, Phase.shrink),
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(case=cases(world.world_size, divide_modes))
