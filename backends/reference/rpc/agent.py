@@ -489,7 +489,8 @@ class Agent:
                     entry.future.set_exception(rref._error)
                 return
             if msg_id in self._pending:
-                self._send(rref._owner, frame, msg_id)
+                with profiling.unrecorded():  # may run inside the caller's profiled callbacks
+                    self._send(rref._owner, frame, msg_id)
 
         creation.add_done_callback(created)
         return future

@@ -174,9 +174,10 @@ def _invoke(mode, to, func, args, kwargs, timeout, rref=None):
     call = profiling.begin_call(mode, func, agent.name, dst.name)
     if rref is not None:
         kind = K_SCRIPT_REMOTE if kind == K_SCRIPT_CALL else K_PYTHON_REMOTE
-    fut = agent.call(dst.id, kind, key, target, tuple(args) if args else (), kwargs if kwargs else {}, async_exec,
-                     float(timeout), call=call, rref=rref(agent, dst.id) if rref is not None else None,
-                     sync=mode is RPCExecMode.SYNC and call is None)
+    with profiling.unrecorded():  # pickling and sending are the agent's work, not the user's events
+        fut = agent.call(dst.id, kind, key, target, tuple(args) if args else (), kwargs if kwargs else {},
+                         async_exec, float(timeout), call=call, rref=rref(agent, dst.id) if rref is not None else None,
+                         sync=mode is RPCExecMode.SYNC and call is None)
     if call is not None:
         fut = profiling.wrap_future(call, fut)
     return fut

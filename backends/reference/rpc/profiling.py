@@ -419,8 +419,11 @@ def unrecorded():
     profiler is on. (torch has no getter for the flag: it is restored to on.)
     """
     if not torch.autograd._profiler_enabled():
-        return contextlib.nullcontext()
+        return _NOTHING
     return _record_functions_off()
+
+
+_NOTHING = contextlib.nullcontext()  # reusable: the unprofiled path allocates nothing
 
 
 # ------------------------------------------------------------------ RRefs

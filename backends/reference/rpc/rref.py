@@ -88,7 +88,7 @@ class RRef:
         """The value: a copy fetched from the owner (or the owner's own value)."""
         if self._is_owner:
             return self._agent.rrefs.local_value(self.rref_id)
-        with profiling.to_here_scope(self._agent.name, self.owner_name()):
+        with profiling.to_here_scope(self._agent.name, self.owner_name()), profiling.unrecorded():
             return self._agent.fetch(self, timeout).wait()
 
     def _get_future(self):
