@@ -6,8 +6,7 @@ still runs, and an implementation that gains the behaviour turns it red until
 the gap is removed.
 """
 
-import pytest
-
+from fixtures.pytest_plugin import mark_gap
 from suites.ddp import impls
 
 
@@ -17,10 +16,4 @@ def pytest_collection_modifyitems(session, config, items):
         if callspec is None or "impl" not in callspec.params:
             continue
         impl = callspec.params["impl"]
-        gap = impls.gap_for(impl, item.originalname)
-        if gap is None:
-            continue
-        if gap.outcome == "skip":
-            item.add_marker(pytest.mark.skip(reason=f"{impl} DDP: {gap.reason}"))
-        else:
-            item.add_marker(pytest.mark.xfail(reason=f"{impl} DDP: {gap.reason}", strict=True))
+        mark_gap(item, impls.gap_for(impl, item.originalname), f"{impl} DDP")
