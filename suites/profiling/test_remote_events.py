@@ -17,6 +17,7 @@ Perfetto. TensorPipe runs these clauses in the baseline world (conftest.py).
 import json
 
 import pytest
+import torch
 
 from suites.profiling import capture, parity
 from suites.profiling.workloads import MODES, NESTED, WORKLOADS
@@ -27,11 +28,13 @@ SUCCEEDING = [name for name in WORKLOADS if not WORKLOADS[name].raises]
 TOLERANCE_US = 1.0  # the legacy profiler's clock ticks are microseconds; parsing rounds
 
 
-def key_of(workload: str, mode: str, agent: str = "") -> str:
-    work = WORKLOADS[workload]
-    from backends.reference.rpc.profiling import function_name  # torch's naming rule, as data
+def key_of(workload: str, mode: str) -> str:
+    """The RPC event's name for a workload: torch's _build_rpc_profiling_key over its function's name."""
+    from torch.distributed.rpc.internal import RPCExecMode, _build_rpc_profiling_key
 
-    return f"rpc_{mode}#{function_name(work.func)}(worker0 -> worker{work.dst})"
+    work = WORKLOADS[workload]
+    func_name = torch.jit._builtins._find_builtin(work.func) or work.func.__qualname__
+    return _build_rpc_profiling_key(RPCExecMode(mode), func_name, "worker0", f"worker{work.dst}")
 
 
 def profile(agent, workload, mode, **options):
