@@ -94,6 +94,7 @@ class ParityRow:
     match: bool
     baseline_samples: int
     differences: list = field(default_factory=list)  # Difference.line() texts
+    known_deviation: str = ""  # why the agent knowingly differs (workloads.KNOWN_DEVIATIONS)
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
@@ -139,13 +140,20 @@ def markdown(rows_: list[dict]) -> str:
                   "|---|" + "---|" * len(modes)]
         cells: dict[tuple, str] = {}
         for r in group:
-            cells[r["workload"], r["mode"]] = "match" if r["match"] else f"**{len(r['differences'])} differ**"
+            if r["match"]:
+                cells[r["workload"], r["mode"]] = "match"
+            elif r.get("known_deviation"):
+                cells[r["workload"], r["mode"]] = f"{len(r['differences'])} differ (known deviation)"
+            else:
+                cells[r["workload"], r["mode"]] = f"**{len(r['differences'])} differ**"
         for workload in sorted({r["workload"] for r in group}):
             lines.append(f"| {workload} | " + " | ".join(cells.get((workload, m), "-") for m in modes) + " |")
         lines.append("")
         for r in group:
             if not r["match"]:
                 lines.append(f"### {agent}: {r['workload']} {r['mode']}")
+                if r.get("known_deviation"):
+                    lines.append(f"Known deviation: {r['known_deviation']}")
                 lines += [f"- {d}" for d in r["differences"]]
                 lines.append("")
     return "\n".join(lines) + "\n"

@@ -35,7 +35,7 @@ def check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, workloa
     diffs = parity.compare(expected, actual)
     target = f"{rpc_agent.world.spec.name}-ws{rpc_agent.world_size}"
     parity_report.add(parity.ParityRow(target, rpc_agent.name, workload, mode, not diffs, samples,
-                                       [d.line() for d in diffs]))
+                                       [d.line() for d in diffs], deviation or ""))
     assert not diffs, (f"{rpc_agent.name} {workload} {mode}: {len(diffs)} events differ from TensorPipe's\n"
                        + "\n".join(d.line() for d in diffs))
 
