@@ -125,3 +125,18 @@ def stop_tensorpipe() -> None:
 
 def new_init_dir() -> str:
     return tempfile.mkdtemp(prefix="distconform-profiling-tp-")
+
+
+def profile_concurrent_calls(agent: str, count: int):
+    """On rank 0: ``count`` rpc_async calls of udf_several_ops in flight at once under one legacy profile."""
+    if _rank() != 0:
+        return None
+    from suites.profiling.workloads import udf_several_ops
+
+    api = rpc_agents.api(agent)
+    args = [(torch.ones(2, 2),) for _ in range(count)]
+    with legacy_profile(record_shapes=True) as prof:
+        futures = [api.rpc_async("worker1", udf_several_ops, args=a) for a in args]
+        for fut in futures:
+            fut.wait()
+    return [event_record(e) for e in prof.function_events]

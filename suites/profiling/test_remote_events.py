@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from suites.profiling import capture, parity
-from suites.profiling.workloads import MODES, NESTED, WORKLOADS
+from suites.profiling.workloads import KNOWN_DEVIATIONS, MODES, NESTED, WORKLOADS
 
 REMOTE = "#remote_op: "
 DIRECT = [name for name in WORKLOADS if name != NESTED]
@@ -166,3 +166,24 @@ def test_table_has_node_ids_and_trace_opens_in_perfetto(profiled_agent, parity_r
         assert row["pid"] == "CPU functions"
     nodes = {row["tid"].split(",")[0].strip() for row in remote_rows}
     assert nodes == ({"node_id:1", "node_id:2"} if nested else {"node_id:1"})
+
+
+def test_concurrent_calls_each_bring_their_own_events(profiled_agent):
+    """8 profiled rpc_async calls in flight at once: 8 of each remote op come back (none lost or mixed up).
+
+    (The RPC events themselves are not counted: torch's parser drops a push
+    that directly follows a push of the same name on one thread, so calls
+    issued back to back show as fewer rpc_async events, with TensorPipe too.)
+    """
+    count = 8
+    events = profiled_agent.run(capture.profile_concurrent_calls, profiled_agent.name, count)[0]
+    key = "rpc_async#udf_several_ops(worker0 -> worker1)"
+    assert key in [e["name"] for e in events]
+    counts = {op: [e["node_id"] for e in events if e["name"] == key + REMOTE + op]
+              for op in ("aten::add", "aten::mul", "aten::sub", "aten::relu")}
+    deviation = KNOWN_DEVIATIONS.get(("concurrent_calls", profiled_agent.name))
+    if deviation and any(len(nodes) != count for nodes in counts.values()):
+        pytest.xfail(f"{profiled_agent.name}: {deviation}; this run: "
+                     + ", ".join(f"{op} {len(nodes)}/{count}" for op, nodes in counts.items()))
+    for op, nodes in counts.items():
+        assert nodes == [1] * count, f"{op}: {len(nodes)} of {count} calls brought it back (nodes {nodes})"

@@ -125,6 +125,9 @@ KNOWN_DEVIATIONS = {
         "a Python function's exception is an error response without events on the reference agents; "
         "TensorPipe sends it as the call's value with the callee's events (rpc/utils.cpp sends no events "
         "only when the request itself fails)"),
+    ("concurrent_calls", "tensorpipe"): (
+        "torch 2.13's TensorPipe loses remote events of profiled calls in flight at once "
+        "(measured: 4 or 5 of 8 calls brought theirs back, with 1024 worker threads)"),
     ("python_udf_raises", "reference-pg"): (
         "a Python function's exception is an error response without events on the reference agents; "
         "TensorPipe sends it as the call's value with the callee's events"),
