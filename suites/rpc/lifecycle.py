@@ -195,8 +195,26 @@ def private_agent(**options):
         stop_quietly()
         raise
     else:
-        if _STATE.running is running:
+        if _STATE.running is not running:
+            return
+        if options.get("faults") is not None:
+            # An agent that injected faults may still hold delayed or failed
+            # messages (a timed-out remote()'s RRef bookkeeping): TensorPipe's
+            # graceful join then waits on them past its store timeout ("Wait
+            # timeout", seen under load). These clauses are about timeouts;
+            # graceful shutdown has its own clauses, without faults. So: every
+            # rank done with its calls (a store barrier), then stop at once.
+            _store_barrier(f"faulty-done/{running.key}")
+            stop(graceful=False)
+        else:
             stop(graceful=True)
+
+
+def _store_barrier(key: str) -> None:
+    """All ranks of the world reached this point (through the world's store, not the backend under test)."""
+    if ctx.base_store.add(key, 1) == ctx.world_size:  # the last to arrive lets everyone go
+        ctx.base_store.set(f"{key}/go", b"1")
+    ctx.base_store.wait([f"{key}/go"], timedelta(seconds=STORE_WAIT_S))
 
 
 def is_running() -> bool:
