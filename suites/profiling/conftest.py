@@ -18,12 +18,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
 
 import pytest
 
 from backends import rpc_agents
 from fixtures.pytest_plugin import _REGISTRY
+from fixtures.rpc_plugin import AgentSession
 from fixtures.world import World
 from reports.collector import report_dir
 from suites.profiling import capture, parity
@@ -83,26 +83,12 @@ class TensorPipeBaseline:
         self.worlds.clear()
 
 
-@dataclass
-class ProfiledAgent:
-    """Where a clause profiles: the agent under test in its shared world, TensorPipe in the baseline world."""
-
-    name: str
-    world: World
-
-    @property
-    def world_size(self) -> int:
-        return self.world.world_size
-
-    def run(self, fn, *args, **kwargs):
-        return self.world.run(fn, *args, **kwargs)
-
-
 @pytest.fixture
-def profiled_agent(rpc_agent, tensorpipe_baseline) -> ProfiledAgent:
+def profiled_agent(rpc_agent, tensorpipe_baseline) -> AgentSession:
+    """Where a clause profiles: the agent under test in its shared world, TensorPipe in the baseline world."""
     if rpc_agent.name == "tensorpipe":
-        return ProfiledAgent("tensorpipe", tensorpipe_baseline.world(rpc_agent.world_size))
-    return ProfiledAgent(rpc_agent.name, rpc_agent.world)
+        return AgentSession(rpc_agent.spec, tensorpipe_baseline.world(rpc_agent.world_size))
+    return rpc_agent
 
 
 @pytest.fixture(scope="session")
