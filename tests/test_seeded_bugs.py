@@ -83,6 +83,22 @@ def cases_with(document: dict, *outcomes: str) -> list[dict]:
     return [case for case in document["cases"] if case["outcome"] in outcomes]
 
 
+def _sometimes_seen_deviation(a: dict, b: dict) -> bool:
+    """One run passed, the other xfailed on a known deviation that shows only in some runs.
+
+    TensorPipe's lost remote events under concurrent profiled calls
+    (suites/profiling/workloads.KNOWN_DEVIATIONS) depend on timing, not on the
+    c10d backend (TensorPipe does not use it): two runs of the same case may
+    see it once, and that says nothing about the wrapper.
+    """
+    from suites.profiling.workloads import KNOWN_DEVIATIONS
+
+    if {a["outcome"], b["outcome"]} != {"passed", "xfailed"}:
+        return False
+    xfailed = a if a["outcome"] == "xfailed" else b
+    return any(reason in xfailed.get("reason", "") for reason in KNOWN_DEVIATIONS.values())
+
+
 def describe(cases: list[dict]) -> str:
     return "\n".join(f"  {c['nodeid']} [{c['outcome']}]: {(c.get('error') or '').splitlines()[:1]}"
                      for c in cases)
@@ -128,6 +144,7 @@ def test_clean_wrapper_matches_plain_gloo(tmp_path):
     wrapper_reasons = tuple(gap.reason for gap in WRAPPER_GAPS)
     differ = [(key, gloo[key]["outcome"], wrapper[key]["outcome"]) for key in sorted(gloo)
               if gloo[key]["outcome"] != wrapper[key]["outcome"]
-              and not wrapper[key].get("reason", "").endswith(wrapper_reasons)]
+              and not wrapper[key].get("reason", "").endswith(wrapper_reasons)
+              and not _sometimes_seen_deviation(gloo[key], wrapper[key])]
     assert not differ, "the clean wrapper differs from plain gloo:\n" + "\n".join(
         f"  {key}: gloo {a}, wrapped {b}" for key, a, b in differ)
