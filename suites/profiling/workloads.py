@@ -36,7 +36,8 @@ def script_add_mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def udf_raises(x):
-    """Does an op, then raises: for TensorPipe the exception is the call's value (events travel)."""
+    """Does an op, then raises: the exception is the request's value on the callee (torch's
+    internal._run_function), so the caller gets the error *and* the callee's events."""
     torch.add(x, 1)
     raise ValueError("udf_raises raises on purpose")
 
@@ -121,16 +122,9 @@ WORKLOADS = {w.name: w for w in (
 # What an agent knowingly does differently, and why: (workload, agent) -> reason.
 # The parity clause turns these into strict expected failures with the reason.
 KNOWN_DEVIATIONS = {
-    ("python_udf_raises", "reference-tp"): (
-        "a Python function's exception is an error response without events on the reference agents; "
-        "TensorPipe sends it as the call's value with the callee's events (rpc/utils.cpp sends no events "
-        "only when the request itself fails)"),
     ("concurrent_calls", "tensorpipe"): (
         "torch 2.13's TensorPipe loses remote events of profiled calls in flight at once "
         "(measured: 4 or 5 of 8 calls brought theirs back, with 1024 worker threads)"),
-    ("python_udf_raises", "reference-pg"): (
-        "a Python function's exception is an error response without events on the reference agents; "
-        "TensorPipe sends it as the call's value with the callee's events"),
 }
 
 NESTED = "nested_async"  # the workload whose chrome trace goes to the report

@@ -677,11 +677,19 @@ class Agent:
 
     def _run_to_future(self, key, target, args, kwargs, async_exec: bool):
         fut = torch.futures.Future()
+        func = None
         try:
             func = resolve_key(key) if key is not None else resolve_target(target)
             value = func(*args, **kwargs)
         except Exception as exc:
-            fut.set_exception(_Failure(remote_exception(self.info, exc)))
+            failure = remote_exception(self.info, exc)
+            if func is not None and _is_python_udf(func):
+                # torch's internal._run_function: a Python function's exception is the
+                # request's *value* (RemoteException), so a profiled call still brings
+                # its events back; a builtin's or TorchScript's is the request's error
+                fut.set_result(_UdfRaised(failure))
+            else:
+                fut.set_exception(_Failure(failure))
             return fut
         if not async_exec:
             fut.set_result(value)
@@ -705,6 +713,11 @@ class Agent:
                 if remote_ids is not None:
                     self.rrefs.created(tuple(remote_ids[0])).value.set_exception(_Failure(failure))
                 self._respond_error(src, msg_id, failure)
+                return
+            if isinstance(outcome, _UdfRaised):  # an error response that carries the events
+                if remote_ids is not None:
+                    self.rrefs.created(tuple(remote_ids[0])).value.set_exception(_Failure(outcome.failure))
+                self._respond_error(src, msg_id, outcome.failure, events)
                 return
             if remote_ids is not None:
                 self.rrefs.created(tuple(remote_ids[0])).value.set_result(outcome)
@@ -745,12 +758,13 @@ class Agent:
             return
         self._answer(dst, Frame(kind, msg_id, header, tensors))
 
-    def _respond_error(self, dst: int, msg_id: int, failure) -> None:
+    def _respond_error(self, dst: int, msg_id: int, failure, events=None) -> None:
+        """An exception response; ``events``: a profiled Python function's events (see _UdfRaised)."""
         exc_type, text = failure
         try:
-            header, tensors = serialize.dumps((exc_type, text))
+            header, tensors = serialize.dumps((exc_type, text, events))
         except Exception:  # a local exception class cannot travel by name
-            header, tensors = serialize.dumps((RuntimeError, text))
+            header, tensors = serialize.dumps((RuntimeError, text, events))
         self._answer(dst, Frame(K_EXCEPTION, msg_id, header, tensors))
 
     def _answer(self, dst: int, frame: Frame) -> None:
@@ -770,7 +784,7 @@ class Agent:
         events = None
         try:
             if frame.kind == K_EXCEPTION:
-                exc_type, text = serialize.loads(frame.header, frame.tensors)
+                exc_type, text, events = serialize.loads(frame.header, frame.tensors)
                 outcome = raise_remote(exc_type, text)
             else:
                 value, events = serialize.loads(frame.header, frame.tensors)
@@ -797,6 +811,20 @@ class _Failure(Exception):
     def __init__(self, failure):
         super().__init__(failure[1])
         self.failure = failure
+
+
+class _UdfRaised:
+    """A Python function's exception as the request's value (torch's RemoteException): (type, text)."""
+
+    __slots__ = ("failure",)
+
+    def __init__(self, failure):
+        self.failure = failure
+
+
+def _is_python_udf(func) -> bool:
+    """Not a torch builtin, not TorchScript: a function torch would run through internal._run_function."""
+    return not isinstance(func, torch.jit.ScriptFunction) and torch.jit._builtins._find_builtin(func) is None
 
 
 def _failure_of(info, exc: BaseException):

@@ -9,8 +9,10 @@ legacy profiler on, collects the events once the response is complete (so
 ``@async_execution`` work is included) and answers with them; the caller
 renames each to ``key + "#remote_op: " + name``, keeps its node id (the
 callee's rank), marks it remote and makes it part of what the user's profile
-returns (profiling_hook.py explains how). On error the exception travels and
-no events do. Under the Kineto profiler nothing is wrapped. With no profiler
+returns (profiling_hook.py explains how). When the request fails the exception
+travels and no events do; a Python function that raises has not failed the
+request (torch's RemoteException value): the agent answers with its error and
+its events. Under the Kineto profiler nothing is wrapped. With no profiler
 on, ``begin_call`` returns None after one check and nothing else runs.
 
 The agent core calls these seams::
@@ -384,7 +386,7 @@ def collect_when_complete(fut, session: Session, result, profiling_id: int) -> N
 def _answer(done, session: Session, result, profiling_id: int, events=None) -> None:
     try:
         value = done.value()
-    except BaseException as exc:  # noqa: BLE001 - on error no events travel
+    except BaseException as exc:  # noqa: BLE001 - the request failed: no events travel
         session.close()
         result.set_exception(exc)
         return
