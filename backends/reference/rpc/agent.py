@@ -708,16 +708,11 @@ class Agent:
                 events = None
                 if profiled:
                     outcome, events = outcome
-            except BaseException as exc:
-                failure = _failure_of(self.info, exc)
-                if remote_ids is not None:
-                    self.rrefs.created(tuple(remote_ids[0])).value.set_exception(_Failure(failure))
-                self._respond_error(src, msg_id, failure)
+            except BaseException as exc:  # the request failed: no events travel
+                self._finish_failed(src, msg_id, remote_ids, _failure_of(self.info, exc), None)
                 return
-            if isinstance(outcome, _UdfRaised):  # an error response that carries the events
-                if remote_ids is not None:
-                    self.rrefs.created(tuple(remote_ids[0])).value.set_exception(_Failure(outcome.failure))
-                self._respond_error(src, msg_id, outcome.failure, events)
+            if isinstance(outcome, _UdfRaised):  # the Python function raised: its events travel too
+                self._finish_failed(src, msg_id, remote_ids, outcome.failure, events)
                 return
             if remote_ids is not None:
                 self.rrefs.created(tuple(remote_ids[0])).value.set_result(outcome)
@@ -726,6 +721,11 @@ class Agent:
                 self._respond(src, msg_id, K_PYTHON_RET, outcome, events)
         finally:
             next(self._finished)
+
+    def _finish_failed(self, src: int, msg_id: int, remote_ids, failure, events) -> None:
+        if remote_ids is not None:  # remote(): the owner keeps the error for every fetch
+            self.rrefs.created(tuple(remote_ids[0])).value.set_exception(_Failure(failure))
+        self._respond_error(src, msg_id, failure, events)
 
     def _serve_fetch(self, src: int, msg_id: int, frame: Frame) -> None:
         try:
