@@ -72,6 +72,21 @@ def test_all_to_all_from_16_threads_arrives_once_in_order(tworld):
                 assert order == list(range(per_thread)), f"rank {rank} got thread {thread} of rank {src} as {order}"
 
 
+def test_burst_shares_metas_and_keeps_order_around_large_frames(tworld):
+    """A burst of small frames to one peer leaves in batch metas (far fewer c10d messages than frames)
+    while every frame, the large ones that travel alone included, arrives once and in send order."""
+    frames, every_large = 400, 50
+    results = tworld.run(fns.burst_mixed, frames, every_large)
+    for rank, result in enumerate(results):
+        assert result["bad"] == [] and result["frames"] == frames * (tworld.world_size - 1)
+        assert_only_shutdowns(result["lost"])
+        for src, order in result["order"].items():
+            assert order == list(range(frames)), f"rank {rank} got rank {src}'s frames out of order"
+        # every frame alone would be one meta per frame, plus a STOP per peer; how many share one
+        # depends on how fast the backend completes a send (gloo: when the receiver takes it)
+        assert result["metas"] < result["frames"], result
+
+
 def test_payloads_of_every_dtype_and_layout_arrive_intact(tworld):
     """Every dtype (bool, bfloat16, complex, float8, unsigned), 0-dim, empty, strided, conjugated and
     16 MiB tensors arrive bit-identical, contiguous, alone and bundled in one frame; header-only frames too."""
@@ -401,6 +416,44 @@ def test_small_frames_travel_in_one_message_large_ones_split():
     out, messages = _roundtrip(Frame(1, 1, b"", [torch.ones(room - desc + 1, dtype=torch.uint8)]))
     assert messages == 3
     assert _roundtrip(Frame(1, 1, b""))[1] == 1
+
+
+def test_batch_meta_carries_records_in_order_each_checked_like_a_frame():
+    """Several inline frames in one batch meta come out as they went in, in order; a batch whose
+    records lie (cut short, stray bytes, a split or STOP record inside, a zero count) is a FrameError."""
+    frames = [Frame(int(Kind.PYTHON_CALL), i, pickle.dumps(i) * (i + 1), [torch.arange(i, dtype=torch.int64)])
+              for i in range(5)] + [Frame(int(Kind.EXCEPTION), 9, b"")]
+    records = [pg_transport.encode_frame(f)[0] for f in frames]
+    meta = pg_transport.batch_meta(records)
+    out = pg_transport.read_frames(meta.numpy().tobytes(), 1, None)
+    assert [(f.kind, f.msg_id, f.header) for f in out] == [(f.kind, f.msg_id, f.header) for f in frames]
+    assert [f.tensors[0].tolist() if f.tensors else None for f in out] == \
+        [list(range(i)) for i in range(5)] + [None]
+    with pytest.raises(FrameError, match="where one was expected"):
+        pg_transport.read_frame(meta.numpy().tobytes(), 1, None)
+    body = b"".join(records)
+    stop = pg_transport.encode_frame(Frame(pg_transport.STOP_KIND, 0, b""))[0]
+    bad = {
+        "cut short": _fields(pg_transport.MAGIC, 0, 0, len(body) - 3, 0, 0, 2, 6) + body[:-3],
+        "stray": _fields(pg_transport.MAGIC, 0, 0, len(body) + 8, 0, 0, 2, 6) + body + bytes(8),
+        "count": _fields(pg_transport.MAGIC, 0, 0, len(body), 0, 0, 2, 0) + body,
+        "stop inside": _fields(pg_transport.MAGIC, 0, 0, len(stop), 0, 0, 2, 1) + stop,
+        "data length": _fields(pg_transport.MAGIC, 0, 0, len(records[2]), 0, 0, 2, 1)
+                       + records[2][:56] + struct.pack("<q", 7) + records[2][64:],
+    }
+    for name, raw in bad.items():
+        with pytest.raises(FrameError, match="rank 1"):
+            pg_transport.read_frames(raw.ljust(pg_transport.META_BYTES, b"\0"), 1, None)
+        assert name
+
+
+def test_only_frames_that_fit_a_batch_are_queued():
+    """A record as large as a whole meta fits alone but not next to a batch's fields: batch_meta refuses it."""
+    room = pg_transport.INLINE_CAPACITY
+    record = pg_transport.encode_frame(Frame(1, 1, b"h" * room))[0]
+    assert record is not None and len(record) > room
+    with pytest.raises(ValueError, match="does not fit"):
+        pg_transport.batch_meta([record])
 
 
 @pytest.mark.parametrize("frame, error, text", [

@@ -110,6 +110,31 @@ def all_to_all_threads(threads: int, frames_per_thread: int) -> dict:
             "count": len(inbox.frames), "lost": inbox.lost}
 
 
+def burst_mixed(frames: int, every_large: int) -> dict:
+    """One thread sends ``frames`` frames back to back to every peer, every ``every_large``-th one too
+    large to be inline (it goes alone, after whatever waits in the outbox); returns what each peer's
+    frames looked like on arrival and how many meta messages carried them."""
+    inbox, transport = Inbox(), _transport()
+    _start(transport, inbox)
+    large = torch.arange(2048, dtype=torch.int32)  # 8 KiB: body and data messages of its own
+    for seq in range(frames):
+        for dst in _peers():
+            tensors = [large + seq] if seq % every_large == every_large - 1 else [torch.tensor([seq, ctx.rank])]
+            transport.send(dst, Frame(int(Kind.PYTHON_CALL), seq, pickle.dumps((ctx.rank, seq)), tensors))
+    inbox.wait_for(frames * (ctx.world_size - 1))
+    _everyone("received")
+    metas = transport.state()["metas_received"]
+    transport.shutdown()
+    order, bad = {}, []
+    for src, frame, _ in inbox.frames:
+        sender, seq = pickle.loads(frame.header)
+        expected = (large + seq).tolist() if seq % every_large == every_large - 1 else [seq, src]
+        if sender != src or frame.msg_id != seq or frame.tensors[0].tolist() != expected:
+            bad.append((src, frame.msg_id))
+        order.setdefault(src, []).append(seq)
+    return {"order": order, "bad": bad, "metas": metas, "frames": len(inbox.frames), "lost": inbox.lost}
+
+
 # ------------------------------------------------------------- payloads
 def payload_cases() -> list[tuple[str, torch.Tensor]]:
     """Deterministic tensors covering every dtype and awkward layouts; same on every rank."""

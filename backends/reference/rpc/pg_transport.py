@@ -10,15 +10,21 @@ traffic never shares tags with the default group and the backend under test
 One frame is, in this order, from one sender to one receiver:
 
 1. ``META_TAG``: a uint8 tensor of ``META_BYTES`` (4 KiB): eight int64 fields
-   ``[MAGIC, kind, msg_id, header_len, n_tensors, desc_len, inline, 0]``
+   ``[MAGIC, kind, msg_id, header_len, n_tensors, desc_len, inline, last]``
    then room for a whole small frame. It has the same size for every frame,
    so the listener can keep ``RECV_DEPTH`` receives from any source posted
    for it (and it is never empty: gloo cannot receive an empty tensor from
    any source). When
    the header, the tensor descriptors (per tensor int64 ``dtype code, ndim,
    *shape``) and the tensor bytes fit, they follow the fields and the frame
-   is this one message (``inline = 1``): a typical RPC costs one c10d
-   message, not three;
+   is this one message (``inline = 1``, the last field the count of tensor
+   bytes): a typical RPC costs one c10d message, not three. Once
+   ``SEND_WINDOW`` metas to a peer are posted and not yet completed, further
+   small frames to it wait in an outbox and leave together when one of those
+   completes, as one batch meta (``inline = 2``, the last field the record
+   count) whose records are inline frames exactly as they would travel
+   alone. A burst of rpc_async then costs a few c10d messages, not one per
+   call; a lone call (the sync ping-pong) never waits in the outbox;
 2. otherwise ``BODY_TAG``, from that sender by name: a uint8 tensor holding
    the header followed by the descriptors; skipped when both are empty;
 3. ``BODY_TAG``: each non-empty tensor's bytes as a flat uint8 tensor (a
@@ -76,7 +82,6 @@ import threading
 import time
 from datetime import timedelta
 
-import numpy
 import torch
 import torch.distributed as dist
 
@@ -91,6 +96,7 @@ META_BYTES = 4096
 _FIELDS = struct.Struct("<8q")
 FIELDS_BYTES = _FIELDS.size
 INLINE_CAPACITY = META_BYTES - FIELDS_BYTES
+SPLIT, INLINE, BATCH = 0, 1, 2  # a meta's inline flag: body messages follow / one frame inline / records
 META_TAG = 7001
 BODY_TAG = 7002
 STOP_KIND = -1  # transport control frame: "no more frames from me to you"
@@ -98,6 +104,9 @@ SHUTDOWN_JOIN_S = 10.0  # bound of a shutdown whose peers do not answer
 LAST_STOP_GRACE_S = 0.5  # the listener's last steps after the last STOP arrived
 START_TIMEOUT_S = 60.0
 RECV_DEPTH = 8  # receives from any source kept posted by the listener
+# Metas to one peer posted and not yet taken before further small frames wait in an
+# outbox and leave together, in one batch meta, when one of those completes.
+SEND_WINDOW = 2
 # Frames posted and not yet taken by their receivers, at most (one frame always passes).
 MAX_INFLIGHT_FRAMES = 256
 MAX_INFLIGHT_BYTES = 64 << 20
@@ -147,14 +156,8 @@ def _tensor_bytes(tensor: torch.Tensor, index: int) -> torch.Tensor:
     return flat.view(torch.uint8)
 
 
-def encode(frame: Frame, kind: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
-    """(meta, body or None, data tensors) of one frame; raises on anything that cannot travel.
-
-    A frame whose header, descriptors and tensor bytes fit in ``INLINE_CAPACITY`` travels
-    inline, in the meta message alone (body None, no data tensors): one message instead of
-    up to 2 + n_tensors, which is what an RPC's latency over a c10d backend is made of.
-    """
-    kind = frame.kind if kind is None else kind
+def _parts(frame: Frame, kind: int) -> tuple[bytes, int, int, list[torch.Tensor]]:
+    """(header + descriptors, header length, tensor count, data tensors); raises on anything that cannot travel."""
     header = frame.header
     if not isinstance(header, (bytes, bytearray, memoryview)):
         raise TypeError(f"frame header must be bytes, got {type(header).__name__}")
@@ -162,46 +165,90 @@ def encode(frame: Frame, kind: int | None = None) -> tuple[torch.Tensor, torch.T
     for name, value in (("kind", kind), ("msg_id", frame.msg_id)):
         if isinstance(value, bool) or not isinstance(value, int) or not -(1 << 63) <= value < (1 << 63):
             raise ValueError(f"frame {name} must be an int64, got {value!r}")
-    tensors = list(frame.tensors)
+    if not frame.tensors:  # the common RPC: a pickle and nothing else
+        return header, len(header), 0, []
     desc: list[int] = []
     datas: list[torch.Tensor] = []
-    for index, tensor in enumerate(tensors):
+    for index, tensor in enumerate(frame.tensors):
         data = _tensor_bytes(tensor, index)
         desc += [DTYPE_CODES[tensor.dtype], tensor.dim(), *tensor.shape]
         if data.numel():
             datas.append(data)
-    payload = header + struct.pack(f"<{len(desc)}q", *desc)
-    desc_len = len(payload) - len(header)
-    inline = len(payload) + sum(data.numel() for data in datas) <= INLINE_CAPACITY
-    # zeros, not empty: the unused tail of a meta must not carry stale process memory
-    meta = torch.zeros(META_BYTES, dtype=torch.uint8)
-    view = meta.numpy()
-    view[:FIELDS_BYTES] = numpy.frombuffer(
-        _FIELDS.pack(MAGIC, kind, frame.msg_id, len(header), len(tensors), desc_len, int(inline), 0), numpy.uint8)
-    if not inline:
-        body = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else None
-        return meta, body, datas
-    at = FIELDS_BYTES + len(payload)
-    view[FIELDS_BYTES:at] = numpy.frombuffer(payload, numpy.uint8)
-    for data in datas:
-        meta[at:at + data.numel()].copy_(data)
-        at += data.numel()
-    return meta, None, []
+    return header + struct.pack(f"<{len(desc)}q", *desc), len(header), len(frame.tensors), datas
 
 
-def decode_meta(fields: bytes, src: int) -> tuple[int, int, int, int, int, bool]:
-    """(kind, msg_id, header_len, n_tensors, desc_len, inline) from a meta's first FIELDS_BYTES."""
-    magic, kind, msg_id, header_len, n_tensors, desc_len, inline, _ = _FIELDS.unpack(fields[:FIELDS_BYTES])
+def encode_frame(frame: Frame, kind: int | None = None):
+    """``(record, None)`` for a frame that fits ``INLINE_CAPACITY``, else ``(None, (meta, body, datas))``.
+
+    A record is the whole frame as bytes, fields first (``inline = 1``, the last field
+    the count of tensor bytes after the header and descriptors): alone in a meta
+    message it is one c10d message instead of up to 2 + n_tensors, which is what an
+    RPC's latency over a c10d backend is made of; several records also share one
+    meta (``batch_meta``).
+    """
+    kind = frame.kind if kind is None else kind
+    payload, header_len, n_tensors, datas = _parts(frame, kind)
+    data_len = sum(data.numel() for data in datas)
+    desc_len = len(payload) - header_len
+    if len(payload) + data_len <= INLINE_CAPACITY:
+        fields = _FIELDS.pack(MAGIC, kind, frame.msg_id, header_len, n_tensors, desc_len, INLINE, data_len)
+        if not datas:
+            return fields + payload, None
+        return b"".join([fields, payload, *(bytes(data.numpy()) for data in datas)]), None
+    meta = _meta(_FIELDS.pack(MAGIC, kind, frame.msg_id, header_len, n_tensors, desc_len, SPLIT, 0))
+    body = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else None
+    return None, (meta, body, datas)
+
+
+def _meta(content: bytes) -> torch.Tensor:
+    """A meta message holding ``content``; the tail is zeros, never stale process memory."""
+    buffer = bytearray(META_BYTES)
+    buffer[:len(content)] = content
+    return torch.frombuffer(buffer, dtype=torch.uint8)
+
+
+def single_meta(record: bytes) -> torch.Tensor:
+    """The meta message of one inline frame: its record."""
+    return _meta(record)
+
+
+def batch_meta(records) -> torch.Tensor:
+    """One meta message carrying several inline records (``inline = 2``), sent in their order.
+
+    The fields say ``header_len`` = the records' total length and, last, how many
+    there are; the records follow, each exactly as it would travel alone.
+    """
+    body = b"".join(records)
+    if len(body) > INLINE_CAPACITY:
+        raise ValueError(f"a batch of {len(body)} bytes does not fit the {INLINE_CAPACITY} inline bytes")
+    return _meta(_FIELDS.pack(MAGIC, 0, 0, len(body), 0, 0, BATCH, len(records)) + body)
+
+
+def encode(frame: Frame, kind: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
+    """(meta, body or None, data tensors) of one frame sent alone; raises on anything that cannot travel."""
+    record, split = encode_frame(frame, kind)
+    if record is not None:
+        return single_meta(record), None, []
+    return split
+
+
+def decode_meta(fields: bytes, src: int) -> tuple[int, int, int, int, int, int, int]:
+    """(kind, msg_id, header_len, n_tensors, desc_len, inline flag, last field) from a meta's first
+    FIELDS_BYTES (or a batch record's); the last field is an inline record's data length, a batch's
+    record count."""
+    if len(fields) < FIELDS_BYTES:
+        raise FrameError(f"frame from rank {src}: {len(fields)} bytes where {FIELDS_BYTES} bytes of fields belong")
+    magic, kind, msg_id, header_len, n_tensors, desc_len, inline, last = _FIELDS.unpack_from(fields)
     if magic != MAGIC:
         raise FrameError(f"frame from rank {src} starts with {magic:#x}, not the magic {MAGIC:#x}")
     if not (0 <= header_len <= MAX_HEADER and 0 <= n_tensors <= MAX_TENSORS and 0 <= desc_len <= MAX_HEADER
-            and inline in (0, 1)):
+            and inline in (SPLIT, INLINE, BATCH)):
         raise FrameError(f"frame from rank {src} has impossible fields: header {header_len} bytes, "
                          f"{n_tensors} tensors, descriptors {desc_len} bytes, inline flag {inline}")
-    if inline and header_len + desc_len > INLINE_CAPACITY:
-        raise FrameError(f"frame from rank {src}: an inline frame of {header_len + desc_len} bytes does not fit "
-                         f"the {INLINE_CAPACITY} inline bytes")
-    return kind, msg_id, header_len, n_tensors, desc_len, bool(inline)
+    if inline != SPLIT and (header_len + desc_len > INLINE_CAPACITY or not 0 <= last <= INLINE_CAPACITY):
+        raise FrameError(f"frame from rank {src}: an inline frame of {header_len + desc_len} bytes "
+                         f"(last field {last}) does not fit the {INLINE_CAPACITY} inline bytes")
+    return kind, msg_id, header_len, n_tensors, desc_len, inline, last
 
 
 def decode_inline_tensors(raw: bytes, descs, src: int) -> list[torch.Tensor]:
@@ -241,29 +288,72 @@ def decode_descriptors(desc: bytes, n_tensors: int, src: int) -> list[tuple[torc
 
 
 def read_frame(raw: bytes, src: int, receive) -> Frame | None:
-    """The frame whose meta message is ``raw``; ``receive(nbytes)`` returns the next BODY_TAG
-    message from ``src`` as a uint8 tensor. None for a STOP frame."""
-    kind, msg_id, header_len, n_tensors, desc_len, inline = decode_meta(raw, src)
-    if inline:
-        payload = raw[FIELDS_BYTES:FIELDS_BYTES + header_len + desc_len]
-    elif header_len + desc_len:
+    """The frame whose meta message is ``raw`` (one frame, not a batch); ``receive(nbytes)``
+    returns the next BODY_TAG message from ``src`` as a uint8 tensor. None for a STOP frame."""
+    frames = read_frames(raw, src, receive)
+    if len(frames) != 1:
+        raise FrameError(f"frame from rank {src}: a batch of {len(frames)} frames where one was expected")
+    return frames[0]
+
+
+def read_frames(raw: bytes, src: int, receive) -> list:
+    """Every frame a meta message ``raw`` starts: one (None for a STOP), or a batch's, in order."""
+    kind, msg_id, header_len, n_tensors, desc_len, inline, last = decode_meta(raw, src)
+    if inline == BATCH:
+        return _read_batch(raw[FIELDS_BYTES:FIELDS_BYTES + header_len], last, src)
+    if inline == INLINE:
+        return [_inline_frame(raw, src, (kind, msg_id, header_len, n_tensors, desc_len, inline, last))]
+    if header_len + desc_len:
         payload = receive(header_len + desc_len).numpy().tobytes()
     else:
         payload = b""
     header, desc = payload[:header_len], payload[header_len:]
-    descs = decode_descriptors(desc, n_tensors, src)
-    if inline:
-        tensors = decode_inline_tensors(raw[FIELDS_BYTES + header_len + desc_len:], descs, src)
-    else:
-        tensors = []
-        for dtype, shape in descs:
-            tensor = torch.empty(shape, dtype=dtype)
-            if tensor.numel():
-                tensor = receive(tensor.numel() * tensor.element_size()).view(dtype).reshape(shape)
-            tensors.append(tensor)
+    tensors = []
+    for dtype, shape in decode_descriptors(desc, n_tensors, src):
+        tensor = torch.empty(shape, dtype=dtype)
+        if tensor.numel():
+            tensor = receive(tensor.numel() * tensor.element_size()).view(dtype).reshape(shape)
+        tensors.append(tensor)
+    if kind == STOP_KIND:
+        return [None]
+    return [Frame(kind=kind, msg_id=msg_id, header=header, tensors=tensors)]
+
+
+def _inline_frame(record: bytes, src: int, fields) -> Frame | None:
+    """The frame of one inline record (its fields already decoded); None for a STOP."""
+    kind, msg_id, header_len, n_tensors, desc_len, _, data_len = fields
+    start = FIELDS_BYTES + header_len + desc_len
+    header = record[FIELDS_BYTES:FIELDS_BYTES + header_len]
+    descs = decode_descriptors(record[FIELDS_BYTES + header_len:start], n_tensors, src) if n_tensors else ()
+    tensors = decode_inline_tensors(record[start:], descs, src) if descs else []
+    got = sum(t.numel() * t.element_size() for t in tensors)
+    if got != data_len:
+        raise FrameError(f"frame from rank {src}: inline tensors of {got} bytes where the fields say {data_len}")
     if kind == STOP_KIND:
         return None
     return Frame(kind=kind, msg_id=msg_id, header=header, tensors=tensors)
+
+
+def _read_batch(body: bytes, count: int, src: int) -> list[Frame]:
+    """The frames of a batch meta's records, each checked as if it had come alone."""
+    if count < 1:
+        raise FrameError(f"frame from rank {src}: a batch of {count} records")
+    frames, at = [], 0
+    for index in range(count):
+        fields = decode_meta(body[at:at + FIELDS_BYTES], src)
+        kind, _, header_len, _, desc_len, inline, data_len = fields
+        if inline != INLINE or kind == STOP_KIND:
+            raise FrameError(f"frame from rank {src}: batch record {index} of {count} is not an inline frame "
+                             f"(kind {kind}, inline flag {inline})")
+        end = at + FIELDS_BYTES + header_len + desc_len + data_len
+        if end > len(body):
+            raise FrameError(f"frame from rank {src}: batch record {index} of {count} ends at byte {end}, "
+                             f"after the batch's {len(body)} bytes")
+        frames.append(_inline_frame(body[at:end], src, fields))
+        at = end
+    if at != len(body):
+        raise FrameError(f"frame from rank {src}: {len(body) - at} stray bytes after a batch of {count} records")
+    return frames
 
 
 def check_backend_carries_cpu(backend: str) -> None:
@@ -289,7 +379,10 @@ class PgTransport(Transport):
         self._on_peer_lost = None
         self._listener: threading.Thread | None = None
         self._state = threading.Lock()  # guards the sets and flags below
-        self._dst_locks: dict[int, threading.Lock] = {}
+        self._dst_locks: dict[int, threading.RLock] = {}  # reentrant: _post may _lose the peer
+        self._outbox: dict[int, list[bytes]] = {}  # peer -> inline records waiting for a batch meta
+        self._outbox_bytes: dict[int, int] = {}
+        self._unfinished: dict[int, int] = {}  # peer -> metas posted and not yet completed
         self._stop_sent: set[int] = set()  # peers we sent STOP: nothing more goes to them
         self._stop_received: set[int] = set()  # peers whose stream is drained
         self._closed_reason: dict[int, str] = {}  # peer -> why send() refuses it
@@ -303,6 +396,7 @@ class PgTransport(Transport):
         self._credits = _Credits(MAX_INFLIGHT_FRAMES, MAX_INFLIGHT_BYTES)
         self._completion_thread: threading.Thread | None = None
         self.frames_received = 0
+        self.metas_received = 0  # meta messages (a batch meta carries several frames)
 
     # ------------------------------------------------------------ start
     def start(self, rank, world_size, store, deliver, on_peer_lost) -> None:
@@ -315,7 +409,10 @@ class PgTransport(Transport):
                              f"{dist.get_rank()} of {dist.get_world_size()}; reference-pg needs them equal")
         self._rank, self._world_size = rank, world_size
         self._deliver, self._on_peer_lost = deliver, on_peer_lost
-        self._dst_locks = {peer: threading.Lock() for peer in self._peers()}
+        self._dst_locks = {peer: threading.RLock() for peer in self._peers()}
+        self._outbox = {peer: [] for peer in self._peers()}
+        self._outbox_bytes = dict.fromkeys(self._peers(), 0)
+        self._unfinished = dict.fromkeys(self._peers(), 0)
         self._rendezvous(store)
         backend = dist.get_backend()
         check_backend_carries_cpu(backend)
@@ -349,17 +446,70 @@ class PgTransport(Transport):
             raise TypeError(f"reference-pg sends transport.Frame objects, got {type(frame).__name__}")
         if frame.kind == STOP_KIND:
             raise ValueError(f"frame kind {STOP_KIND} is reserved for the transport's STOP frame")
-        meta, body, datas = encode(frame)
-        nbytes = META_BYTES + (body.numel() if body is not None else 0) + sum(d.numel() for d in datas)
+        record, split = encode_frame(frame)
+        if record is not None:
+            nbytes = len(record)
+        else:
+            meta, body, datas = split
+            nbytes = META_BYTES + (body.numel() if body is not None else 0) + sum(d.numel() for d in datas)
         # The listener never waits for credit: its frames (answers sent from deliver()) are
         # what frees the peer's credit, and the peer's listener ours.
         self._credits.acquire(nbytes, wait=threading.current_thread() is not self._listener)
+        posted = False
         try:
-            works, keep = self._post(dst, meta, body, datas)
-        except BaseException:
-            self._credits.release(nbytes)
-            raise
-        self._completer().put((dst, works, keep, nbytes))
+            with self._dst_locks[dst]:
+                self._check_open(dst)
+                if record is not None and len(record) <= INLINE_CAPACITY and (
+                        self._outbox[dst] or self._unfinished[dst] >= SEND_WINDOW):
+                    # Earlier metas to dst are not taken yet: this frame waits in the outbox and
+                    # leaves with the others in one batch meta when one of them completes.
+                    self._outbox[dst].append(record)
+                    self._outbox_bytes[dst] += nbytes
+                    posted = True
+                    return
+                self._flush(dst)  # anything queued goes first: frames to one peer keep their order
+                if record is not None:
+                    self._post(dst, single_meta(record), None, [], nbytes, 1)
+                else:
+                    self._post(dst, meta, body, datas, nbytes, 1)
+                posted = True
+        finally:
+            if not posted:
+                self._credits.release(nbytes)
+
+    def _check_open(self, dst: int, stop: bool = False) -> None:
+        """Raise TransportError naming why nothing more may go to ``dst`` (a STOP still may)."""
+        with self._state:
+            # A STOP still goes to a peer that closed its side: it is the answer it waits for.
+            reason = None if stop else self._closed_reason.get(dst)
+            if reason is None and self._group is None:
+                reason = "the transport is not started"
+            if reason is None and dst in self._stop_sent:
+                reason = "this rank's transport is shut down"
+            if stop and reason is None:
+                self._stop_sent.add(dst)
+        if reason is not None:
+            raise TransportError(f"reference-pg: cannot send to rank {dst}: {reason}")
+
+    def _flush(self, dst: int) -> None:
+        """Post the outbox of ``dst`` as batch metas, in order (under the dst lock)."""
+        records = self._outbox[dst]
+        if not records:
+            return
+        self._outbox[dst], self._outbox_bytes[dst] = [], 0
+        start = 0
+        while start < len(records):
+            end, size = start, 0
+            while end < len(records) and size + len(records[end]) <= INLINE_CAPACITY:
+                size += len(records[end])
+                end += 1
+            try:
+                self._post(dst, batch_meta(records[start:end]), None, [], size, end - start)
+            except BaseException:
+                rest = records[start:]  # not posted: their credit goes back (_post lost the peer)
+                self._credits.release(sum(map(len, rest)), len(rest))
+                raise
+            start = end
 
     def _completer(self) -> queue.SimpleQueue:
         with self._state:
@@ -372,47 +522,44 @@ class PgTransport(Transport):
             return self._completions
 
     def _complete_loop(self, completions: queue.SimpleQueue) -> None:
-        """Wait, in posting order, for the sends to complete; a failure loses the peer."""
+        """Wait, in posting order, for the sends to complete; a failure loses the peer. A
+        completed meta lets the frames queued for that peer leave (``_flush``)."""
         while True:
             item = completions.get()
             if item is None:
                 return
-            dst, works, keep, nbytes = item
+            dst, works, keep, nbytes, frames = item
             try:
                 self._await(dst, works, keep)
             except TransportError:
                 pass  # _await told the agent through on_peer_lost
             finally:
                 del keep, item
-                self._credits.release(nbytes)
+                self._credits.release(nbytes, frames)
+            with self._dst_locks[dst]:
+                self._unfinished[dst] -= 1
+                if self._outbox[dst]:
+                    try:
+                        self._flush(dst)
+                    except TransportError:
+                        pass  # the peer is lost: on_peer_lost said so
 
-    def _post(self, dst: int, meta, body, datas, stop: bool = False):
-        """Post every message of one frame under ``dst``'s lock; returns (works, tensors to keep alive)."""
-        with self._dst_locks[dst]:
-            with self._state:
-                # A STOP still goes to a peer that closed its side: it is the answer it waits for.
-                reason = None if stop else self._closed_reason.get(dst)
-                if reason is None and self._group is None:
-                    reason = "the transport is not started"
-                if reason is None and dst in self._stop_sent:
-                    reason = "this rank's transport is shut down"
-                if stop and reason is None:
-                    self._stop_sent.add(dst)
-            if reason is not None:
-                raise TransportError(f"reference-pg: cannot send to rank {dst}: {reason}")
-            keep = [meta, body, *datas]
-            works = []
-            try:
-                works.append(self._group.send([meta], dst, META_TAG))
-                if body is not None:
-                    works.append(self._group.send([body], dst, BODY_TAG))
-                for data in datas:
-                    works.append(self._group.send([data], dst, BODY_TAG))
-            except Exception as exc:
-                # Part of a frame may be posted: the stream to dst is unusable from here on.
-                self._lose(dst, f"posting a frame to rank {dst} failed: {exc}")
-                raise TransportError(f"reference-pg: cannot send to rank {dst}: {exc}") from exc
-            return works, keep
+    def _post(self, dst: int, meta, body, datas, nbytes: int, frames: int) -> None:
+        """Post every message of one meta's frame(s) (under ``dst``'s lock); the completer awaits them."""
+        keep = [meta, body, *datas]
+        works = []
+        try:
+            works.append(self._group.send([meta], dst, META_TAG))
+            if body is not None:
+                works.append(self._group.send([body], dst, BODY_TAG))
+            for data in datas:
+                works.append(self._group.send([data], dst, BODY_TAG))
+        except Exception as exc:
+            # Part of a frame may be posted: the stream to dst is unusable from here on.
+            self._lose(dst, f"posting a frame to rank {dst} failed: {exc}")
+            raise TransportError(f"reference-pg: cannot send to rank {dst}: {exc}") from exc
+        self._unfinished[dst] += 1
+        self._completer().put((dst, works, keep, nbytes, frames))
 
     def _await(self, dst: int, works, keep) -> None:
         try:
@@ -431,6 +578,10 @@ class PgTransport(Transport):
                 return
             self._closed_reason[peer] = reason
             quiet = self._shutting_down
+        with self._dst_locks[peer]:  # frames queued for it will never leave: their credit goes back
+            dropped, self._outbox[peer] = self._outbox[peer], []
+            self._credits.release(self._outbox_bytes[peer], len(dropped))
+            self._outbox_bytes[peer] = 0
         if not quiet:
             self._on_peer_lost(peer, reason)
 
@@ -459,8 +610,9 @@ class PgTransport(Transport):
             except Exception as exc:
                 self._listener_failed(f"receiving from any rank failed: {exc}")
                 return
+            self.metas_received += 1
             try:
-                frame = self._read_rest(group, src, raw)
+                frames = self._read_rest(group, src, raw)
             except FrameError as exc:
                 # That peer's stream is garbled; others keep working.
                 self._lose(src, str(exc))
@@ -472,25 +624,26 @@ class PgTransport(Transport):
             except Exception as exc:
                 self._listener_failed(f"receiving a frame from rank {src} failed: {exc}")
                 return
-            if frame is None:  # STOP
-                if self._peer_stopped(src):
-                    return
-                continue
-            self.frames_received += 1
-            if self._dropping:
-                continue
-            try:
-                self._deliver(src, frame)
-            except Exception:  # the agent's bug must not kill the only receiver
-                log.exception("reference-pg: deliver() raised for a frame from rank %d", src)
+            for frame in frames:
+                if frame is None:  # STOP (always alone in its meta)
+                    if self._peer_stopped(src):
+                        return
+                    continue
+                self.frames_received += 1
+                if self._dropping:
+                    continue
+                try:
+                    self._deliver(src, frame)
+                except Exception:  # the agent's bug must not kill the only receiver
+                    log.exception("reference-pg: deliver() raised for a frame from rank %d", src)
 
-    def _read_rest(self, group, src: int, raw: bytes) -> Frame | None:
+    def _read_rest(self, group, src: int, raw: bytes) -> list:
         def receive(nbytes: int) -> torch.Tensor:
             buffer = torch.empty(nbytes, dtype=torch.uint8)
             group.recv([buffer], src, BODY_TAG).wait()
             return buffer
 
-        return read_frame(raw, src, receive)
+        return read_frames(raw, src, receive)
 
     def _peer_stopped(self, src: int) -> bool:
         """``src`` sent its last frame to us. Answer with our STOP; True when every peer is done."""
@@ -510,12 +663,18 @@ class PgTransport(Transport):
         with self._state:
             if dst in self._stop_sent:
                 return
-        try:
-            works, keep = self._post(dst, meta, None, [], stop=True)
-        except TransportError:
-            return  # the peer is unreachable: it needs no STOP from us
+        with self._dst_locks[dst]:
+            try:
+                self._flush(dst)  # frames queued for dst leave before its STOP
+                self._check_open(dst, stop=True)
+                work = self._group.send([meta], dst, META_TAG)
+            except TransportError:
+                return  # the peer is unreachable: it needs no STOP from us
+            except Exception as exc:
+                self._lose(dst, f"posting a STOP to rank {dst} failed: {exc}")
+                return
         with self._state:
-            self._stop_works.append((dst, works, keep))
+            self._stop_works.append((dst, [work], [meta]))
 
     def _all_peers_done(self) -> bool:
         """Every peer either closed its stream (STOP) or is lost: nothing more can come."""
@@ -607,7 +766,8 @@ class PgTransport(Transport):
             return {"stop_sent": sorted(self._stop_sent), "stop_received": sorted(self._stop_received),
                     "closed": dict(self._closed_reason), "listener_error": self._listener_error,
                     "listener_alive": bool(self._listener and self._listener.is_alive()),
-                    "frames_received": self.frames_received, "group_destroyed": self._group_destroyed}
+                    "frames_received": self.frames_received, "metas_received": self.metas_received,
+                    "group_destroyed": self._group_destroyed}
 
 
 class _Credits:
@@ -629,9 +789,9 @@ class _Credits:
             self.frames += 1
             self.bytes += nbytes
 
-    def release(self, nbytes: int) -> None:
+    def release(self, nbytes: int, frames: int = 1) -> None:
         with self._cond:
-            self.frames -= 1
+            self.frames -= frames
             self.bytes -= nbytes
             self._cond.notify_all()
 
