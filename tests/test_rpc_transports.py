@@ -72,11 +72,15 @@ def test_all_to_all_from_16_threads_arrives_once_in_order(tworld):
                 assert order == list(range(per_thread)), f"rank {rank} got thread {thread} of rank {src} as {order}"
 
 
+def _burst_results(tworld, planted: bool = False):
+    return tworld.run(fns.burst_mixed, 400, 50, planted)
+
+
 def test_burst_shares_metas_and_keeps_order_around_large_frames(tworld):
-    """A burst of small frames to one peer leaves in batch metas (far fewer c10d messages than frames)
+    """A burst of small frames to one peer leaves in batch metas (fewer c10d messages than frames)
     while every frame, the large ones that travel alone included, arrives once and in send order."""
-    frames, every_large = 400, 50
-    results = tworld.run(fns.burst_mixed, frames, every_large)
+    frames = 400
+    results = _burst_results(tworld)
     for rank, result in enumerate(results):
         assert result["bad"] == [] and result["frames"] == frames * (tworld.world_size - 1)
         assert_only_shutdowns(result["lost"])
@@ -85,6 +89,13 @@ def test_burst_shares_metas_and_keeps_order_around_large_frames(tworld):
         # every frame alone would be one meta per frame, plus a STOP per peer; how many share one
         # depends on how fast the backend completes a send (gloo: when the receiver takes it)
         assert result["metas"] < result["frames"], result
+
+
+def test_burst_order_check_catches_a_transport_that_reverses_its_batches(tworld):
+    """The clause above can fail: with a planted transport that reverses each batch, some rank gets
+    a peer's frames out of send order."""
+    results = _burst_results(tworld, planted=True)
+    assert any(order != sorted(order) for result in results for order in result["order"].values())
 
 
 def test_payloads_of_every_dtype_and_layout_arrive_intact(tworld):

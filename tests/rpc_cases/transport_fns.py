@@ -110,11 +110,20 @@ def all_to_all_threads(threads: int, frames_per_thread: int) -> dict:
             "count": len(inbox.frames), "lost": inbox.lost}
 
 
-def burst_mixed(frames: int, every_large: int) -> dict:
+class _ReversedBatches(PgTransport):
+    """Planted bug: a batch meta carries its frames in reverse order (what the burst clause must catch)."""
+
+    def _flush(self, dst: int) -> None:
+        self._outbox[dst].reverse()
+        super()._flush(dst)
+
+
+def burst_mixed(frames: int, every_large: int, planted: bool = False) -> dict:
     """One thread sends ``frames`` frames back to back to every peer, every ``every_large``-th one too
     large to be inline (it goes alone, after whatever waits in the outbox); returns what each peer's
-    frames looked like on arrival and how many meta messages carried them."""
-    inbox, transport = Inbox(), _transport()
+    frames looked like on arrival and how many meta messages carried them. ``planted``: the sender
+    is a transport that reverses each batch."""
+    inbox, transport = Inbox(), (_ReversedBatches() if planted else _transport())
     _start(transport, inbox)
     large = torch.arange(2048, dtype=torch.int32)  # 8 KiB: body and data messages of its own
     for seq in range(frames):
