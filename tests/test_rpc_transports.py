@@ -72,8 +72,8 @@ def test_all_to_all_from_16_threads_arrives_once_in_order(tworld):
                 assert order == list(range(per_thread)), f"rank {rank} got thread {thread} of rank {src} as {order}"
 
 
-def _burst_results(tworld, planted: bool = False):
-    return tworld.run(fns.burst_mixed, 400, 50, planted)
+def _burst_results(tworld, planted: bool = False, send_window=None):
+    return tworld.run(fns.burst_mixed, 400, 50, planted, send_window)
 
 
 def test_burst_shares_metas_and_keeps_order_around_large_frames(tworld):
@@ -86,9 +86,17 @@ def test_burst_shares_metas_and_keeps_order_around_large_frames(tworld):
         assert_only_shutdowns(result["lost"])
         for src, order in result["order"].items():
             assert order == list(range(frames)), f"rank {rank} got rank {src}'s frames out of order"
-        # every frame alone would be one meta per frame, plus a STOP per peer; how many share one
+        # every frame alone would be one meta per frame (counted before the STOPs); how many share one
         # depends on how fast the backend completes a send (gloo: when the receiver takes it)
         assert result["metas"] < result["frames"], result
+
+
+def test_huge_send_window_sends_every_frame_in_a_meta_of_its_own(tworld):
+    """send_window beyond any burst turns batching off: one meta per frame (counted before the STOPs)."""
+    for rank, result in enumerate(_burst_results(tworld, send_window=10**9)):
+        peers = tworld.world_size - 1
+        assert result["bad"] == [] and result["frames"] == 400 * peers
+        assert result["metas"] == result["frames"], (rank, result["metas"])
 
 
 def test_burst_order_check_catches_a_transport_that_reverses_its_batches(tworld):

@@ -118,12 +118,14 @@ class _ReversedBatches(PgTransport):
         super()._flush(dst)
 
 
-def burst_mixed(frames: int, every_large: int, planted: bool = False) -> dict:
+def burst_mixed(frames: int, every_large: int, planted: bool = False, send_window: int | None = None) -> dict:
     """One thread sends ``frames`` frames back to back to every peer, every ``every_large``-th one too
     large to be inline (it goes alone, after whatever waits in the outbox); returns what each peer's
     frames looked like on arrival and how many meta messages carried them. ``planted``: the sender
-    is a transport that reverses each batch."""
+    is a transport that reverses each batch; ``send_window``: the transport's, if given."""
     inbox, transport = Inbox(), (_ReversedBatches() if planted else _transport())
+    if send_window is not None:
+        transport.send_window = send_window
     _start(transport, inbox)
     large = torch.arange(2048, dtype=torch.int32)  # 8 KiB: body and data messages of its own
     for seq in range(frames):
@@ -131,8 +133,8 @@ def burst_mixed(frames: int, every_large: int, planted: bool = False) -> dict:
             tensors = [large + seq] if seq % every_large == every_large - 1 else [torch.tensor([seq, ctx.rank])]
             transport.send(dst, Frame(int(Kind.PYTHON_CALL), seq, pickle.dumps((ctx.rank, seq)), tensors))
     inbox.wait_for(frames * (ctx.world_size - 1))
+    metas = transport.state()["metas_received"]  # before the barrier: no peer's STOP can have come yet
     _everyone("received")
-    metas = transport.state()["metas_received"]
     transport.shutdown()
     order, bad = {}, []
     for src, frame, _ in inbox.frames:

@@ -19,7 +19,7 @@ One frame is, in this order, from one sender to one receiver:
    *shape``) and the tensor bytes fit, they follow the fields and the frame
    is this one message (``inline = 1``, the last field the count of tensor
    bytes): a typical RPC costs one c10d message, not three. Once
-   ``SEND_WINDOW`` metas to a peer are posted and not yet completed, further
+   ``send_window`` metas to a peer are posted and not yet completed, further
    small frames to it wait in an outbox and leave together when one of those
    completes, as one batch meta (``inline = 2``, the last field the record
    count) whose records are inline frames exactly as they would travel
@@ -370,6 +370,7 @@ class PgTransport(Transport):
     name = "reference-pg"
     shutdown_join_s = SHUTDOWN_JOIN_S
     recv_depth = RECV_DEPTH
+    send_window = SEND_WINDOW  # a very large value sends every frame in a meta of its own
 
     def __init__(self) -> None:
         self._group = None
@@ -460,7 +461,7 @@ class PgTransport(Transport):
             with self._dst_locks[dst]:
                 self._check_open(dst)
                 if record is not None and len(record) <= INLINE_CAPACITY and (
-                        self._outbox[dst] or self._unfinished[dst] >= SEND_WINDOW):
+                        self._outbox[dst] or self._unfinished[dst] >= self.send_window):
                     # Earlier metas to dst are not taken yet: this frame waits in the outbox and
                     # leaves with the others in one batch meta when one of them completes.
                     self._outbox[dst].append(record)
