@@ -500,7 +500,10 @@ def _fields(*values):
     _fields(pg_transport.MAGIC, 1, 2, 0, 1, 0, 1, 0),
     _fields(pg_transport.MAGIC, 1, 2, 0, 1, 24, 1, 0) + struct.pack("<3q", 999, 1, 2),
     _fields(pg_transport.MAGIC, 1, 2, 0, 1, 24, 1, 0) + struct.pack("<3q", 0, 1, 2000),
-], ids=["magic", "negative", "flag", "inline-overflow", "missing-descriptor", "dtype-code", "short-data"])
+    _fields(pg_transport.MAGIC, 1, 2, 0, 0, 8, 1, 0) + struct.pack("<q", 5),
+    _fields(pg_transport.MAGIC, 1, 2, 0, 0, 0, 1, 16),
+], ids=["magic", "negative", "flag", "inline-overflow", "missing-descriptor", "dtype-code", "short-data",
+        "stray-descriptor", "data-length"])
 def test_garbled_meta_is_a_frame_error_naming_the_sender(raw):
     """A garbled frame is a FrameError naming the sending rank, never a crash or a wrong tensor."""
     with pytest.raises(FrameError, match="rank 3"):

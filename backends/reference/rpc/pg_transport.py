@@ -324,7 +324,8 @@ def _inline_frame(record: bytes, src: int, fields) -> Frame | None:
     kind, msg_id, header_len, n_tensors, desc_len, _, data_len = fields
     start = FIELDS_BYTES + header_len + desc_len
     header = record[FIELDS_BYTES:FIELDS_BYTES + header_len]
-    descs = decode_descriptors(record[FIELDS_BYTES + header_len:start], n_tensors, src) if n_tensors else ()
+    desc = record[FIELDS_BYTES + header_len:start]
+    descs = decode_descriptors(desc, n_tensors, src) if desc or n_tensors else ()
     tensors = decode_inline_tensors(record[start:], descs, src) if descs else []
     got = sum(t.numel() * t.element_size() for t in tensors)
     if got != data_len:
@@ -501,7 +502,7 @@ class PgTransport(Transport):
         start = 0
         while start < len(records):
             end, size = start, 0
-            while end < len(records) and size + len(records[end]) <= INLINE_CAPACITY:
+            while end < len(records) and (end == start or size + len(records[end]) <= INLINE_CAPACITY):
                 size += len(records[end])
                 end += 1
             try:
