@@ -207,11 +207,6 @@ def _meta(content: bytes) -> torch.Tensor:
     return torch.frombuffer(buffer, dtype=torch.uint8)
 
 
-def single_meta(record: bytes) -> torch.Tensor:
-    """The meta message of one inline frame: its record."""
-    return _meta(record)
-
-
 def batch_meta(records) -> torch.Tensor:
     """One meta message carrying several inline records (``inline = 2``), sent in their order.
 
@@ -228,7 +223,7 @@ def encode(frame: Frame, kind: int | None = None) -> tuple[torch.Tensor, torch.T
     """(meta, body or None, data tensors) of one frame sent alone; raises on anything that cannot travel."""
     record, split = encode_frame(frame, kind)
     if record is not None:
-        return single_meta(record), None, []
+        return _meta(record), None, []  # a lone inline frame's meta is its record
     return split
 
 
@@ -383,7 +378,6 @@ class PgTransport(Transport):
         self._state = threading.Lock()  # guards the sets and flags below
         self._dst_locks: dict[int, threading.RLock] = {}  # reentrant: _post may _lose the peer
         self._outbox: dict[int, list[bytes]] = {}  # peer -> inline records waiting for a batch meta
-        self._outbox_bytes: dict[int, int] = {}
         self._unfinished: dict[int, int] = {}  # peer -> metas posted and not yet completed
         self._stop_sent: set[int] = set()  # peers we sent STOP: nothing more goes to them
         self._stop_received: set[int] = set()  # peers whose stream is drained
@@ -413,7 +407,6 @@ class PgTransport(Transport):
         self._deliver, self._on_peer_lost = deliver, on_peer_lost
         self._dst_locks = {peer: threading.RLock() for peer in self._peers()}
         self._outbox = {peer: [] for peer in self._peers()}
-        self._outbox_bytes = dict.fromkeys(self._peers(), 0)
         self._unfinished = dict.fromkeys(self._peers(), 0)
         self._rendezvous(store)
         backend = dist.get_backend()
@@ -466,12 +459,11 @@ class PgTransport(Transport):
                     # Earlier metas to dst are not taken yet: this frame waits in the outbox and
                     # leaves with the others in one batch meta when one of them completes.
                     self._outbox[dst].append(record)
-                    self._outbox_bytes[dst] += nbytes
                     posted = True
                     return
                 self._flush(dst)  # anything queued goes first: frames to one peer keep their order
                 if record is not None:
-                    self._post(dst, single_meta(record), None, [], nbytes, 1)
+                    self._post(dst, _meta(record), None, [], nbytes, 1)
                 else:
                     self._post(dst, meta, body, datas, nbytes, 1)
                 posted = True
@@ -498,7 +490,7 @@ class PgTransport(Transport):
         records = self._outbox[dst]
         if not records:
             return
-        self._outbox[dst], self._outbox_bytes[dst] = [], 0
+        self._outbox[dst] = []
         start = 0
         while start < len(records):
             end, size = start, 0
@@ -582,8 +574,7 @@ class PgTransport(Transport):
             quiet = self._shutting_down
         with self._dst_locks[peer]:  # frames queued for it will never leave: their credit goes back
             dropped, self._outbox[peer] = self._outbox[peer], []
-            self._credits.release(self._outbox_bytes[peer], len(dropped))
-            self._outbox_bytes[peer] = 0
+            self._credits.release(sum(map(len, dropped)), len(dropped))
         if not quiet:
             self._on_peer_lost(peer, reason)
 
