@@ -83,6 +83,43 @@ GLOO_GAPS = (
         "gloo does not check that ranks agree on sizes/dtypes: a mismatch aborts a rank "
         "(uncaught gloo::EnforceNotMet 'Received data size doesn't match expected size', SIGABRT) "
         "or one rank returns silently while the others time out",
+        consequence="kills_rank",
+        # Under DETAIL torch wraps gloo in its ProcessGroupWrapper, which compares
+        # every collective's fingerprint (shapes, dtypes) across ranks first and raises
+        # on every rank: the gap does not hold there (suites/parallel/test_debug.py).
+        unless_env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    ),
+    Gap(
+        {"feature": "debug_wrapper", "collective": "send_recv"},
+        "under TORCH_DISTRIBUTED_DEBUG=DETAIL a correct program fails: send/recv advance the group's sequence "
+        "number on the two ranks taking part only, and torch 2.13's wrapper then rejects the next collective "
+        "on every rank: 'Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=1, OpType=ALLREDUCE, ...), but Rank 2 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, ...). ... Sequence number: 1vs 0' "
+        "(reproduced outside the harness with three processes)",
+        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    ),
+    Gap(
+        {"work": "member_away"},
+        "under TORCH_DISTRIBUTED_DEBUG=DETAIL torch's ProcessGroupWrapper checks every collective's fingerprint "
+        "with a monitored barrier before handing it to gloo, even for async_op=True: a Work issued while a member "
+        "is away blocks the caller until that member comes (the is_completed and wait(timeout) clauses run into "
+        "the harness deadline), and a member that never comes fails with the wrapper's 'Ranks 1 failed to pass "
+        "monitoredBarrier in 500 ms' instead of a Work carrying c10d's 'Timed out' error: not run, a hang costs "
+        "the world",
+        outcome="skip",
+        consequence="hangs",
+        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+    ),
+    Gap(
+        {"feature": "ddp", "impl": "torch"},
+        "torch 2.13's DistributedDataParallel constructor crashes with SIGSEGV under TORCH_DISTRIBUTED_DEBUG=DETAIL "
+        "on gloo (in _ddp_init_helper, self.logger.set_construction_data_and_log, with the group wrapped in "
+        "_ProcessGroupWrapper; reproduced outside the harness: two processes, DDP(nn.Linear(4, 2)), both exit "
+        "-11; at OFF and INFO it constructs): not run, a crash kills the world",
+        outcome="skip",
+        consequence="kills_rank",
+        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
     ),
     Gap(
         {"bad_peer": ("send_to_world_size", "send_to_negative_rank", "recv_from_world_size")},
@@ -91,12 +128,65 @@ GLOO_GAPS = (
         "until the group timeout ('DistStoreError: wait timeout after ...ms'; on the default group it "
         "did not return within 300 s) and leaves the heap corrupt: the rank later aborts ('double free "
         "or corruption') or segfaults (torch 2.13)",
+        consequence="kills_rank",
     ),
     Gap(
         {"feature": "recv_any_source", "shape": "empty"},
         "gloo cannot receive an empty tensor from any source: recv without src fails with "
         "'enforce fail at gloo/transport/tcp/unbound_buffer.cc:184 offset < this->size. 0 vs 0' "
         "(recv from a named source of an empty tensor works; torch 2.13)",
+    ),
+)
+
+# gloo instantiates its collectives for these dtypes only (GENERATE_ALL_TYPES in ProcessGroupGloo.cpp);
+# send/recv move raw bytes and take any dtype
+GLOO_COLLECTIVE_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "bool")
+GLOO_GAPS += (
+    Gap(
+        {"dtype": ("int16", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"),
+         "collective": ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter", "reduce_scatter",
+                        "all_to_all")},
+        "gloo's collectives exist for " + ", ".join(GLOO_COLLECTIVE_DTYPES) + " only: int16, uint16/32/64 and "
+        "float8_e4m3fn/e5m2 fail in every collective, data-moving ones included, with 'RuntimeError: Invalid "
+        "scalar type' (send/recv carry them; torch 2.13)",
+    ),
+    Gap(
+        {"feature": "work_sequence_number", "collective": "reduce_scatter"},
+        "gloo's list-form reduce_scatter advances the group's sequence number by the world size, not by one "
+        "(observed on torch 2.13: 3 -> 5 at world size 2, 3 -> 6 at world size 3), so sequence numbers no longer "
+        "count collectives after one",
+    ),
+    Gap(
+        {"feature": "splitting"},
+        "split_group needs a default group bound to an accelerator device: on CPU it fails with 'RuntimeError: No "
+        "device associated with the default pg, not safe to split any process groups' (torch 2.13 splits "
+        "NCCL/XCCL groups only, or gloo under torchcomms)",
+    ),
+    Gap(
+        {"feature": "shrinking"},
+        "gloo cannot shrink a group: shrink_group fails with \"TypeError: Process group backend for '<name>' does "
+        "not support shrinking operations.\" (Backend.supports_shrinking is False; torch 2.13 shrinks NCCL groups)",
+    ),
+    Gap(
+        {"feature": "abort", "work": "pending_on_abort"},
+        "gloo's abort leaves a pending Work pending: _abort_process_group(group) returns, but a wait() on an "
+        "all_reduce still waiting for absent ranks does not end until the group's timeout (observed on torch 2.13: "
+        "wait(timeout=3 s) raises 'Operation timed out!')",
+    ),
+    Gap(
+        {"feature": "work_api", "work": "duration"},
+        "gloo does not time collectives: after _enable_collectives_timing(), Work._get_duration() fails with "
+        "'RuntimeError: This Backend doesn't support getDuration.' (torch 2.13; only NCCL records durations)",
+    ),
+    Gap(
+        {"feature": "coalescing", "form": "device"},
+        "gloo has no start/end coalescing: _coalescing_manager(device=...) fails with 'RuntimeError: Backend gloo "
+        "does not implement startCoalescing' (without a device, c10d's *_coalesced fast paths work; torch 2.13)",
+    ),
+    Gap(
+        {"feature": "premul_sum"},
+        "gloo has no PREMUL_SUM: all_reduce/reduce/reduce_scatter with dist._make_nccl_premul_sum(f) fail with "
+        "'RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo' (torch 2.13)",
     ),
 )
 
@@ -109,9 +199,9 @@ NCCL_GAPS = (
 MPI_GAPS = (
     Gap({"feature": "monitored_barrier"}, "monitored_barrier is implemented by gloo only"),
     Gap({"feature": "group_timeout"}, "ProcessGroupMPI ignores timeouts: a skipped collective blocks forever",
-        outcome="skip"),
+        outcome="skip", consequence="hangs"),
     Gap({"feature": "barrier_timeout"}, "ProcessGroupMPI ignores timeouts: a skipped barrier blocks forever",
-        outcome="skip"),
+        outcome="skip", consequence="hangs"),
     Gap({"collective": "reduce_scatter"}, "ProcessGroupMPI does not implement reduce_scatter"),
 )
 
@@ -177,7 +267,7 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
     "native": BackendSpec(
         name="native",
         device_type="cpu",
-        check_available=_not_in_this_checkout("backends.native", "the C++ c10d backend built from native/"),
-        description="C++ c10d Backend built with torch.utils.cpp_extension",
+        check_available=_not_in_this_checkout("native", "the C++ c10d backend built from native/"),
+        description="C++ c10d Backend over shared memory, built with torch.utils.cpp_extension",
     ),
 }

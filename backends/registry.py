@@ -4,7 +4,9 @@ A plugin is a module named by ``--backend-plugin``. Importing it must call
 ``torch.distributed.Backend.register_backend``; it may also define
 ``DISTCONFORM_SPEC`` (a BackendSpec, or a list of them) to declare its
 capabilities. Without one the backend gets a spec with no gaps: it is held to
-the full contract.
+the full contract. A spec with ``inherits="gloo"`` gets gloo's gaps after its
+own (resolved here, once every spec is known, so a plugin may inherit from
+another plugin or from the reference backend too).
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from __future__ import annotations
 import importlib
 
 from .builtin import BUILTIN_SPECS
-from .spec import Availability, BackendSpec
+from .spec import Availability, BackendSpec, inherit
 
 # Modules that, when importable, contribute backends of this project.
-PROJECT_BACKEND_MODULES = ("backends.reference", "backends.native")
+PROJECT_BACKEND_MODULES = ("backends.reference", "native")
 
 
 class UnknownBackend(ValueError):
@@ -84,6 +86,22 @@ class BackendRegistry:
                     description="plugin backend without a spec: held to the full contract",
                     has_spec=False,
                 )
+        for name in list(self.specs):
+            self.specs[name] = self._resolve(name, ())
+
+    def _resolve(self, name: str, chain: tuple[str, ...]) -> BackendSpec:
+        """The spec of ``name`` with the gaps of every backend it inherits from."""
+        spec = self.specs[name]
+        if not spec.inherits or spec.inherited_gaps:
+            return spec
+        if spec.inherits in chain + (name,):
+            raise UnknownBackend(f"backend {name!r} inherits gaps in a cycle: {' -> '.join(chain + (name, spec.inherits))}")
+        if spec.inherits not in self.specs:
+            raise UnknownBackend(f"backend {name!r} inherits the gaps of unknown backend {spec.inherits!r}; "
+                                 f"known backends: {', '.join(self.known)}")
+        parent = self._resolve(spec.inherits, chain + (name,))
+        self.specs[spec.inherits] = parent
+        return inherit(spec, parent)
 
     @property
     def known(self) -> list[str]:

@@ -5,7 +5,13 @@ worker reports are forwarded to it by pytest-xdist), so a run writes one set:
 
 * ``<report-dir>/conformance.json``  every case (reports/json_report.py)
 * ``<report-dir>/junit.xml``          pytest's own junitxml, switched on here
-* ``<report-dir>/summary.md``         backend x area table (reports/markdown.py)
+* ``<report-dir>/summary.md``         short: table, failures by cause, gaps, findings (reports/markdown.py)
+* ``<report-dir>/report.html``        self-contained, for a browser (reports/html_report.py)
+
+Where a harness exception wraps the ranks' own exceptions, the cause (the
+ranks' exception type and message) is recorded while the exception object is
+still at hand, and becomes the first line of the failure everywhere:
+pytest's short summary, junit.xml's failure message and both reports.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import time
 
 import pytest
 
+from . import runfacts
+from .causes import cause_of_exception
+from .html_report import write_html
 from .json_report import write_json
 from .markdown import write_markdown
 from .records import record_from_report
@@ -23,7 +32,7 @@ from .records import record_from_report
 def pytest_addoption(parser):
     parser.getgroup("distconform").addoption(
         "--report-dir", default=os.path.join("reports", "out"),
-        help="where conformance.json, junit.xml and summary.md go (default: reports/out, git-ignored)")
+        help="where conformance.json, junit.xml, summary.md and report.html go (default: reports/out, git-ignored)")
 
 
 def _is_xdist_worker(config) -> bool:
@@ -54,6 +63,21 @@ def pytest_collection_modifyitems(session, config, items):
         item.user_properties.append(("clause", clause))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    excinfo = call.excinfo
+    cause = cause_of_exception(excinfo.value) if excinfo is not None else ""
+    if cause:
+        # Travels to an xdist controller with the report; records.py reads it.
+        report.user_properties.append(("cause", cause))
+        crash = getattr(report.longrepr, "reprcrash", None)
+        if crash is not None and not crash.message.startswith(cause):
+            # The first line pytest's short summary and junit.xml show: the cause, then the wrapper's text.
+            crash.message = f"{cause}\n{crash.message}"
+    return report
+
+
 def area_and_clause(item) -> tuple[str, str]:
     """Area = the suites/ sub-folder; clause = the first line of the test's docstring."""
     parts = os.path.relpath(str(item.path), str(item.config.rootpath)).split(os.sep)
@@ -79,27 +103,38 @@ class ReportCollector:
         # A run of the project's own tests (tests/) has no backend cases: no report.
         return not self.config.option.collectonly and any(r.backend for r in self.records.values())
 
+    def meta(self, exitstatus) -> dict:
+        config = self.config
+        meta = {
+            "backends": config.getoption("backend"),
+            "world_sizes": config.getoption("world_size"),
+            "debug_levels": ",".join(sorted({r.debug_level for r in self.records.values() if r.debug_level})),
+            "plugins": config.getoption("backend_plugin"),
+            "rpc_agents": config.getoption("rpc_agent", None),
+            "wall_seconds": round(time.time() - self.started, 3),
+            "exit_status": int(exitstatus),
+        }
+        meta.update(runfacts.collect(started=self.started, root=str(config.rootpath),
+                                     plugins=config.getoption("backend_plugin"), args=config.invocation_params.args))
+        return meta
+
+    # trylast: other plugins' session-end files (profiling/parity.json) exist before report.html reads them.
+    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus):
         if not self._has_conformance_cases():
             return
         out = report_dir(self.config)
         os.makedirs(out, exist_ok=True)
-        meta = {
-            "backends": self.config.getoption("backend"),
-            "world_sizes": self.config.getoption("world_size"),
-            "plugins": self.config.getoption("backend_plugin"),
-            "rpc_agents": self.config.getoption("rpc_agent", None),
-            "wall_seconds": round(time.time() - self.started, 3),
-            "exit_status": int(exitstatus),
-        }
+        meta = self.meta(exitstatus)
         records = list(self.records.values())
         write_json(os.path.join(out, "conformance.json"), records, meta)
         write_markdown(os.path.join(out, "summary.md"), records, meta)
+        write_html(os.path.join(out, "report.html"), records, meta, started=self.started)
 
     def pytest_terminal_summary(self, terminalreporter):
         if not self._has_conformance_cases():
             return  # nothing was written (see pytest_sessionfinish): do not point at stale files
         out = report_dir(self.config)
         terminalreporter.write_sep("-", "distconform report")
-        terminalreporter.write_line(f"report: {os.path.join(out, 'summary.md')} "
-                                    f"(conformance.json and junit.xml beside it)")
+        terminalreporter.write_line(f"report: {os.path.join(out, 'summary.md')} and {os.path.join(out, 'report.html')} "
+                                    f"(conformance.json and junit.xml beside them)")

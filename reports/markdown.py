@@ -1,82 +1,115 @@
-"""summary.md: backend x area outcome table, then the findings behind it.
+"""summary.md: what a backend author reads in a terminal, a page or two for a default run.
 
-Findings are what a backend author reads: every failure with its first error
-line, every known gap (xfail) with the backend's actual behaviour, and every
-skip reason with how many cases it covers.
+The backend x area table; failures grouped by cause (the ranks' own exception,
+normalised: a backend author fixes causes, not rows), then one line per
+failing case grouped by clause; one line per known gap with its case count;
+findings one line per clause and distinct finding with their count; skip
+reasons with counts. Everything per case (rank texts, timings, profiling)
+is in report.html and conformance.json beside this file.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from . import views
+from .views import OUTCOMES
 
-COLUMNS = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
 
-
-def _one_line(text: str, limit: int = 160) -> str:
+def cell(text: str, limit: int = 160) -> str:
+    """One table cell: the first non-empty line, pipes escaped, clipped."""
     line = next((l.strip() for l in (text or "").splitlines() if l.strip()), "")
-    line = line.replace("|", "\\|")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    line = line if len(line) <= limit else line[: limit - 1] + "…"
+    return line.replace("|", "\\|")
 
 
-def _target(r) -> str:
-    """The backend, and for an RPC clause the agent too (each agent gets its own rows)."""
-    backend = r.backend or "-"
-    return f"{backend} · rpc {r.rpc_agent}" if getattr(r, "rpc_agent", "") else backend
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _header(records, meta: dict) -> list[str]:
+    facts = [f"backends: `{meta.get('backends')}`", f"world sizes: `{meta.get('world_sizes')}`"]
+    if meta.get("debug_levels") not in (None, "", "OFF"):
+        facts.append(f"debug levels: `{meta['debug_levels']}`")
+    if any(r.rpc_agent for r in records):
+        facts.append(f"RPC agents: `{meta.get('rpc_agents')}`")
+    plugins = meta.get("plugins") or []
+    facts.append(f"plugins: `{(', '.join(map(str, plugins)) if isinstance(plugins, list) else str(plugins)) or '-'}`")
+    if meta.get("torch_version"):
+        facts.append(f"torch {meta['torch_version']}")
+    facts += [f"wall time: {meta.get('wall_seconds')} s", f"pytest exit status: {meta.get('exit_status')}"]
+    counts = views.totals(records)
+    total = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts.get(o))
+    return ["# distconform summary", "", " · ".join(facts), "", f"{len(records)} cases: {total}", ""]
+
+
+def _matrix(records) -> list[str]:
+    targets, areas, cells = views.matrix(records)
+    out = ["| backend | area | " + " | ".join(OUTCOMES) + " |", "|---|---|" + "---|" * len(OUTCOMES)]
+    for t in targets:
+        for area in areas:
+            if (t, area) in cells:
+                counts = cells[(t, area)]
+                out.append(f"| {t} | {area} | " + " | ".join(str(counts.get(o, 0)) for o in OUTCOMES) + " |")
+    return out + [""]
+
+
+def _failures(records) -> list[str]:
+    failing = views.failures(records)
+    if not failing:
+        return []
+    causes = views.failures_by_cause(records)
+    out = [f"## Failures: {plural(len(failing), 'case')}, {plural(len(causes), 'cause')}", "",
+           "| cases | cause (the ranks' own exception) | clauses |", "|---|---|---|"]
+    for group in causes:
+        clauses = group.clauses
+        shown = "; ".join(cell(c, 60) for c in clauses[:2]) + (f" (+{len(clauses) - 2})" if len(clauses) > 2 else "")
+        out.append(f"| {len(group.cases)} | {cell(group.cause, 220)} | {shown} |")
+    out += ["", "By clause (one line per case):", ""]
+    for area, clause, cases in views.failures_by_clause(records):
+        out.append(f"- **{area}** · {cell(clause, 200)} (`{cases[0].nodeid.split('[')[0]}`)")
+        for r in cases:
+            out.append(f"  - `{views.case_id(r.nodeid)}` {r.outcome}: {cell(views.failure_line(r), 200)}")
+    return out + [""]
+
+
+def _gaps(records) -> list[str]:
+    groups = views.gaps(records)
+    if not groups:
+        return []
+    out = ["## Known gaps (strict xfail: the case ran and showed the gap)", "",
+           "| whose | gap | cases | where | actual behaviour (first case) |", "|---|---|---|---|---|"]
+    for g in groups:
+        out.append(f"| {cell(', '.join(g.owners), 60)} | {cell(g.reason, 140)} | {len(g.cases)} | "
+                   f"{cell(', '.join(g.targets), 80)} | {cell(g.behaviour, 140) or '-'} |")
+    return out + [""]
+
+
+def _findings(records) -> list[str]:
+    groups = views.findings_by_clause(records)
+    if not groups:
+        return []
+    cases = {r.nodeid for g in groups for r in g.cases}
+    out = [f"## Findings: {len(groups)} distinct, in {plural(len(cases), 'case')} (ranks and numbers folded)", "",
+           "| area | clause | cases | finding |", "|---|---|---|---|"]
+    for g in groups:
+        out.append(f"| {g.area} | {cell(g.clause, 70)} | {len(g.cases)} | {cell(g.folded.text, 160)} |")
+    return out + [""]
+
+
+def _skips(records) -> list[str]:
+    rows = views.skips(records)
+    if not rows:
+        return []
+    out = ["## Skipped", "", "| cases | reason | backends |", "|---|---|---|"]
+    for reason, targets, count in rows:
+        out.append(f"| {count} | {cell(reason)} | {cell(', '.join(targets), 80)} |")
+    return out + [""]
 
 
 def render(records, meta: dict) -> str:
-    out = ["# distconform summary", ""]
-    out.append(f"backends: `{meta.get('backends')}` · world sizes: `{meta.get('world_sizes')}` · "
-               f"plugins: `{meta.get('plugins') or '-'}` · wall time: {meta.get('wall_seconds')} s · "
-               f"pytest exit status: {meta.get('exit_status')}")
-    if any(getattr(r, "rpc_agent", "") for r in records):
-        out.append("")
-        out.append(f"RPC agents: `{meta.get('rpc_agents')}`")
-    out.append("")
-
-    table: dict = defaultdict(Counter)
-    for r in records:
-        table[(_target(r), r.area or "-")][r.outcome] += 1
-    out.append("| backend | area | " + " | ".join(COLUMNS) + " |")
-    out.append("|---|---|" + "---|" * len(COLUMNS))
-    for (backend, area), counts in sorted(table.items()):
-        out.append(f"| {backend} | {area} | " + " | ".join(str(counts.get(c, 0)) for c in COLUMNS) + " |")
-    out.append("")
-
-    failed = [r for r in records if r.outcome in ("failed", "error", "xpassed")]
-    if failed:
-        out += ["## Failures", "", "| case | clause | error |", "|---|---|---|"]
-        for r in sorted(failed, key=lambda r: r.nodeid):
-            out.append(f"| `{r.nodeid}` | {_one_line(r.clause)} | {_one_line(r.error)} |")
-        out.append("")
-
-    gaps = defaultdict(list)
-    for r in records:
-        if r.outcome == "xfailed":
-            gaps[(_target(r), r.reason)].append(r)
-    if gaps:
-        out += ["## Known gaps (strict xfail: the case ran and the backend showed the gap)", "",
-                "| backend | gap | cases | backend's actual behaviour (first case) |", "|---|---|---|---|"]
-        for (backend, reason), cases in sorted(gaps.items()):
-            out.append(f"| {backend} | {_one_line(reason)} | {len(cases)} | {_one_line(cases[0].error)} |")
-        out.append("")
-
-    findings = [r for r in records if r.findings]
-    if findings:
-        out += ["## Findings (what the backend did, as recorded by the clause)", "",
-                "| case | outcome | finding |", "|---|---|---|"]
-        for r in sorted(findings, key=lambda r: r.nodeid):
-            for finding in r.findings:
-                out.append(f"| `{r.nodeid}` | {r.outcome} | {_one_line(finding, 220)} |")
-        out.append("")
-
-    skips = Counter((r.backend, r.reason) for r in records if r.outcome == "skipped")
-    if skips:
-        out += ["## Skipped", "", "| backend | reason | cases |", "|---|---|---|"]
-        for (backend, reason), count in sorted(skips.items()):
-            out.append(f"| {backend or '-'} | {_one_line(reason)} | {count} |")
-        out.append("")
-    return "\n".join(out)
+    out = _header(records, meta) + _matrix(records)
+    out += _failures(records) + _gaps(records) + _findings(records) + _skips(records)
+    out.append("Every case, rank texts, timings and profiling: `report.html` and `conformance.json` beside this file.")
+    return "\n".join(out) + "\n"
 
 
 def write_markdown(path: str, records, meta: dict) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from .causes import cause_of_text, with_cause
+
 ERROR_LINES = 12
 
 
@@ -17,15 +19,26 @@ class CaseRecord:
     outcome: str = ""  # passed, failed, error, skipped, xfailed, xpassed
     duration: float = 0.0
     reason: str = ""  # skip reason, or the xfail's declared gap
-    error: str = ""  # first lines of the error (also for xfail: the backend's actual behaviour)
+    error: str = ""  # first lines of the error (also for xfail: the backend's actual behaviour); line 1 = cause
+    cause: str = ""  # what raised: the ranks' own exception type and message (reports/causes.py)
     findings: list = field(default_factory=list)  # what the backend did, recorded by the test
     rpc_agent: str = ""  # RPC clauses only (fixtures/rpc_plugin.py): the agent under test
+    debug_level: str = ""  # TORCH_DISTRIBUTED_DEBUG of the ranks (OFF, INFO, DETAIL)
     phases: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("phases")
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CaseRecord":
+        """A record read back from conformance.json (unknown keys ignored: newer files load)."""
+        known = {name for name in cls.__dataclass_fields__ if name != "phases"}
+        record = cls(**{key: value for key, value in data.items() if key in known})
+        if record.error and not record.cause:  # a file written before causes were recorded
+            record.cause = cause_of_text(record.error)
+        return record
 
 
 def _first_lines(text: str, n: int = ERROR_LINES) -> str:
@@ -43,6 +56,14 @@ def _skip_reason(report) -> str:
     return str(longrepr or "")
 
 
+def _set_error(record: CaseRecord, report) -> None:
+    """The error text, first line the cause: the collector's structured one, else read from the text."""
+    error = _first_lines(report.longreprtext)
+    cause = dict(report.user_properties).get("cause") or cause_of_text(error)
+    record.cause = cause
+    record.error = with_cause(cause, error)
+
+
 def record_from_report(report, previous: CaseRecord | None) -> CaseRecord | None:
     record = previous or CaseRecord(nodeid=report.nodeid)
     props = dict(report.user_properties)
@@ -50,6 +71,7 @@ def record_from_report(report, previous: CaseRecord | None) -> CaseRecord | None
     record.clause = props.get("clause", record.clause)
     record.backend = props.get("backend", record.backend)
     record.world_size = props.get("world_size", record.world_size)
+    record.debug_level = props.get("debug_level", record.debug_level)
     record.rpc_agent = props.get("rpc_agent", record.rpc_agent)
     for name, value in report.user_properties:
         if name == "finding" and value not in record.findings:
@@ -63,18 +85,18 @@ def record_from_report(report, previous: CaseRecord | None) -> CaseRecord | None
         record.reason = xfail_reason if xfail_reason is not None else _skip_reason(report)
     elif report.failed and report.when in ("setup", "teardown"):
         record.outcome = "error"
-        record.error = _first_lines(report.longreprtext)
+        _set_error(record, report)
     elif report.when == "call":
         if xfail_reason is not None:
             record.outcome = "xfailed" if report.skipped else "xpassed"
             record.reason = xfail_reason
             if report.skipped:
-                record.error = _first_lines(report.longreprtext)
+                _set_error(record, report)
         elif report.skipped:
             record.outcome = "skipped"
             record.reason = _skip_reason(report)
         else:
             record.outcome = report.outcome
             if report.failed:
-                record.error = _first_lines(report.longreprtext)
+                _set_error(record, report)
     return record

@@ -131,7 +131,7 @@ def test_xdist_run_passes_and_writes_one_report(tmp_path):
     summary = counts(run.output)
     assert summary.get("failed", 0) == 0 and summary["passed"] > 0
     report = run.report()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["conformance.json", "junit.xml", "summary.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conformance.json", "junit.xml", "report.html", "summary.md"]
     ran = sum(summary.get(k, 0) for k in ("passed", "xfailed", "skipped"))
     assert len(report["cases"]) == ran, "the controller's report must hold every worker's cases"
     assert report["totals"] == {k: summary[k] for k in ("passed", "xfailed") if k in summary}

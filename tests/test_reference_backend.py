@@ -169,11 +169,12 @@ def expected_sum(n: int, value: float = 0.0):
 
 
 def backend_threads(pg) -> dict[str, list]:
-    """The live threads of one group: its worker, its mesh's accept loop and reader loops (peer numbers)."""
+    """The live threads of one group: its worker, its mesh's accept loop (its listener's) and reader loops (peer
+    numbers)."""
     found = {"worker": [], "accept": [], "read": [], "handshake": []}
     for thread in threading.enumerate():
         target = getattr(thread, "_target", None)  # CPython keeps it while the thread runs
-        if getattr(target, "__self__", None) is pg.mesh:
+        if getattr(target, "__self__", None) in (pg.mesh, pg.mesh._listener):
             kind = target.__name__.strip("_").split("_")[0]
             found[kind].append(thread._args[0] if kind == "read" else thread)
         elif thread is pg._worker and thread.is_alive():
@@ -833,7 +834,7 @@ def test_a_rank_that_skips_an_all_reduce_makes_the_others_raise_after_the_group_
         assert exc is not None, f"rank {rank}'s all_reduce succeeded without rank 2"
         assert timeout_s <= elapsed <= timeout_s + 2, \
             f"rank {rank} raised after {elapsed:.2f} s, outside [{timeout_s}, {timeout_s + 2}] s: {exc}"
-        for text in ["all_reduce", "timed out", "ranks [2]", "global ranks [8]"]:
+        for text in ["all_reduce", "Timed out", "ranks [2]", "global ranks [8]"]:
             assert text in str(exc), f"rank {rank}'s timeout error lacks {text!r}: {exc}"
 
 
@@ -879,6 +880,63 @@ def test_async_all_reduce_completes_only_after_every_rank_called(ref_world):
     assert values[0] is t1, "the future's value is not the caller's tensor, reduced in place"
 
 
+def test_results_land_without_recording_autograd_history_on_the_callers_tensor(ref_world):
+    """The worker and reader threads write data only, never autograd history (the funcol backward bug).
+
+    A functional all_reduce's output gets its AllReduceBackward node as soon as the op returns,
+    before the worker writes the result into it. The worker's copy_ ran with grad mode on (it is
+    per thread), so it rebased the output onto a CopyBackwards node whose gradient for the
+    overwritten value is zero: 2-14 of 200 funcol backwards summed zeros for one rank. Here the
+    caller's tensor has history *before* the call, which makes that ordering certain: every
+    result must land in the tensor and leave its grad_fn the very same node (as gloo does).
+    """
+    pgs = ref_world(2)
+    big = process_group.SMALL_ALL_REDUCE_BYTES // 4 + 8  # float32 elements: the two-round all_reduce
+
+    def with_history(me, numel):
+        x = torch.ones(numel, requires_grad=True)
+        y = x * float(me + 1)  # a non-leaf, like a functional collective's output
+        return x, y, y.grad_fn
+
+    def on_rank(pg):
+        me, seen = pg.rank(), {}
+
+        def check(name, x, y, node, expected):
+            y.sum().backward()  # through the history y had before the call: d(sum y)/dx = me + 1
+            seen[name] = (type(y.grad_fn).__name__, y.grad_fn is node, y.detach()[:2].tolist(),
+                          x.grad[:2].tolist())
+            assert seen[name] == ("MulBackward0", True, expected, [float(me + 1)] * 2), \
+                f"rank {me} {name}: (grad_fn, same node, values, x.grad) = {seen[name]}"
+
+        for name, numel in (("all_reduce one round", 4), ("all_reduce two rounds", big)):
+            x, y, node = with_history(me, numel)
+            all_reduce(pg, y).wait()
+            check(name, x, y, node, [3.0, 3.0])
+        x, y, node = with_history(me, 4)
+        broadcast(pg, y, root=1).wait()
+        check("broadcast", x, y, node, [2.0, 2.0])
+        # recv: the message arrives first (written on the caller's thread) / the recv is posted first
+        # (written by the reader thread); the all_reduce in between orders the two cases
+        if me == 0:
+            pg.send([torch.full((4,), 7.0)], 1, 5).wait()
+            all_reduce_value(pg)
+            pg.send([torch.full((4,), 8.0)], 1, 6).wait()
+        else:
+            x6, y6, node6 = with_history(me, 4)
+            posted = pg.recv([y6], 0, 6)
+            all_reduce_value(pg)  # rank 0's tag-5 frame was read before its all_reduce frame
+            x5, y5, node5 = with_history(me, 4)
+            pg.recv([y5], 0, 5).wait()
+            check("recv of an arrived message", x5, y5, node5, [7.0, 7.0])
+            posted.wait()
+            check("recv posted before the message", x6, y6, node6, [8.0, 8.0])
+        return seen
+
+    results = run_on_all(pgs, on_rank)
+    assert set(results[1]) == {"all_reduce one round", "all_reduce two rounds", "broadcast",
+                               "recv of an arrived message", "recv posted before the message"}
+
+
 def test_an_error_in_an_async_op_is_raised_by_wait_and_exposed_by_exception(ref_world):
     pgs = ref_world(2)
     works = run_on_all(pgs, lambda pg: all_reduce(pg, torch.ones(2 + pg.rank())))  # shapes differ
@@ -913,10 +971,10 @@ def test_recv_anysource_reports_the_sender(ref_world):
 
 # ================================================================ 6. life cycle
 def _threads_of(pgs) -> list[threading.Thread]:
-    meshes = [pg.mesh for pg in pgs]
+    owners = [pg.mesh for pg in pgs] + [pg.mesh._listener for pg in pgs]  # the accept loop is the listener's
     return [pg._worker for pg in pgs] + [
         t for t in threading.enumerate() if any(getattr(getattr(t, "_target", None), "__self__", None) is m
-                                                for m in meshes)]
+                                                for m in owners)]
 
 
 def test_shutdown_ends_every_thread_and_closes_the_listener(ref_world):
@@ -984,7 +1042,7 @@ def test_two_processes_use_the_backend_through_plain_torch_distributed(tmp_path)
 def test_the_listener_binds_to_loopback_by_default(ref_world):
     pgs = ref_world(2)
     for pg in pgs:
-        host, port = pg.mesh._listener.getsockname()[:2]
+        host, port = pg.mesh._listener.address
         assert host == "127.0.0.1", f"rank {pg.rank()} listens on {host}, not loopback"
         assert port == pg.mesh.port
 
@@ -993,7 +1051,7 @@ def test_the_host_env_var_and_argument_move_the_listener(ref_world, monkeypatch)
     monkeypatch.setenv("DISTCONFORM_REFERENCE_HOST", "127.0.0.2")
     pgs = ref_world(2)
     for pg in pgs:
-        host = pg.mesh._listener.getsockname()[0]
+        host = pg.mesh._listener.address[0]
         assert host == "127.0.0.2", f"with DISTCONFORM_REFERENCE_HOST=127.0.0.2 rank {pg.rank()} listens on {host}"
     assert run_on_all(pgs, all_reduce_value) == [expected_sum(2)] * 2, "the world on 127.0.0.2 does not work"
     with pytest.raises(ConnectionRefusedError):  # nothing listens on the default address
@@ -1001,7 +1059,7 @@ def test_the_host_env_var_and_argument_move_the_listener(ref_world, monkeypatch)
     refused_once(pgs[0], hello("0" * 32, 1), "wrong world token", host="127.0.0.2")
 
     pgs = ref_world(2, host="127.0.0.3")  # the argument wins over the variable
-    assert {pg.mesh._listener.getsockname()[0] for pg in pgs} == {"127.0.0.3"}
+    assert {pg.mesh._listener.address[0] for pg in pgs} == {"127.0.0.3"}
     assert run_on_all(pgs, all_reduce_value) == [expected_sum(2)] * 2, "the world on 127.0.0.3 does not work"
 
 
@@ -1017,3 +1075,15 @@ def test_tensor_bytes_of_a_one_element_strided_view():
     assert torch.equal(wire.tensor_from(wire.tensor_meta(view), data), view)
     column = base.reshape(4, 2)[:, :1]  # shape (4, 1), strides (2, 1): not contiguous
     assert torch.equal(wire.tensor_from(wire.tensor_meta(column), bytearray(wire.tensor_bytes(column))), column)
+
+
+def test_tensor_bytes_of_an_empty_strided_slice():
+    """An empty slice of a strided view keeps its stride; its bytes are none, not a view error.
+
+    Found by the differential suite (all_to_all_single of an empty non-contiguous float64
+    input at world size 3: "self.stride(-1) must be 1 to view Double as Byte").
+    """
+    empty = torch.arange(6, dtype=torch.float64)[::2][:0]
+    assert empty.stride() == (2,)
+    assert bytes(wire.tensor_bytes(empty)) == b""
+    assert torch.equal(wire.tensor_from(wire.tensor_meta(empty), bytearray()), empty)

@@ -190,9 +190,24 @@ def test_render_tabulates_backend_by_area_and_lists_findings():
     assert "| gloo | c10d | 2 | 1 | 0 | 1 | 0 | 0 |" in lines
     assert "| gloo | p2p | 0 | 0 | 1 | 0 | 0 | 0 |" in lines
     assert "| nccl | c10d | 0 | 0 | 0 | 0 | 0 | 2 |" in lines
-    assert "| `a::t[gloo-ws2-3]` | clause b | Boom: a\\|b |" in lines  # pipes escaped, first line only
-    assert "| `b::t[gloo-ws2-5]` | clause d | teardown broke |" in lines
-    assert "| gloo | gloo: gap | 1 | E1 |" in lines
-    assert "| nccl | backend nccl unavailable | 2 |" in lines
+    assert "## Failures: 2 cases, 2 causes" in lines
+    assert "| 1 | Boom: a\\|b | clause b |" in lines  # pipes escaped, first line only
+    assert "  - `[gloo-ws2-3]` failed: Boom: a\\|b" in lines  # grouped under its clause
+    assert "  - `[gloo-ws2-5]` error: teardown broke" in lines
+    assert "| gloo | gap | 1 | gloo ws2 | E1 |" in lines  # the owner's prefix is its own column
+    assert "| 2 | backend nccl unavailable | nccl |" in lines
     assert "pytest exit status: 1" in text
     json.dumps([r.to_dict() for r in records])  # records are JSON-serialisable
+
+
+# --------------------------------------------------------------- run facts
+def test_behaviour_env_keeps_what_changes_behaviour_and_hides_secrets():
+    from reports.runfacts import behaviour_env
+
+    env = {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo", "TORCH_DISTRIBUTED_DEBUG": "DETAIL", "UCC_TLS": "tcp",
+           "DISTCONFORM_REFERENCE_HOST": "10.0.0.2", "DISTCONFORM_SESSION": "distconform-1-ab", "HOME": "/root",
+           "PATH": "/bin", "TORCH_HUB_TOKEN": "s3cret", "MASTER_PORT": "29500"}
+    assert behaviour_env(env) == {
+        "DISTCONFORM_REFERENCE_HOST": "10.0.0.2", "GLOO_SOCKET_IFNAME": "lo", "MASTER_PORT": "29500",
+        "NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL", "TORCH_HUB_TOKEN": "(set, value hidden)",
+        "UCC_TLS": "tcp"}

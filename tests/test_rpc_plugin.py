@@ -1,5 +1,5 @@
 """The RPC agent axis (fixtures/rpc_plugin.py), agent specs (backends/rpc_agents.py) and the rank-side agent
-lifecycle (suites/rpc/lifecycle.py): option parsing, ids and ordering, gaps, reuse/restart of the shared agent,
+lifecycle (fixtures/rpc_lifecycle.py): option parsing, ids and ordering, gaps, reuse/restart of the shared agent,
 the harness hook that stops an agent before process groups are re-created, and the report fields."""
 
 import json
@@ -109,19 +109,20 @@ def test_report_carries_agent_and_gap(tmp_path):
 
 # ------------------------------------------------------------- rank-side lifecycle
 def prepare(name, shared=True, restart=False):
-    from suites.rpc import lifecycle
+    from fixtures import rpc_lifecycle as lifecycle
 
     return lifecycle.prepare(name, shared=shared, restart=restart)["action"]
 
 
 def whoami_through_agent():
-    from suites.rpc import lifecycle, udfs
+    from fixtures import rpc_lifecycle as lifecycle
+    from suites.rpc import udfs
 
     return lifecycle.rpc().rpc_sync(f"worker{(ctx.rank + 1) % ctx.world_size}", udfs.whoami)
 
 
 def agent_running():
-    from suites.rpc import lifecycle
+    from fixtures import rpc_lifecycle as lifecycle
 
     return lifecycle.is_running()
 

@@ -20,9 +20,10 @@ import time
 import pytest
 import torch
 
-from backends.reference.rpc import pg_transport
+from backends.reference.rpc import pg_codec, pg_transport
 from backends.reference.rpc.faulty import FaultyTransport, IntentionalFailure
-from backends.reference.rpc.pg_transport import FrameError, PgTransport
+from backends.reference.rpc.pg_codec import ProtocolError
+from backends.reference.rpc.pg_transport import PgTransport
 from backends.reference.rpc.transport import Frame, Kind, Transport, TransportError
 from backends.registry import BackendRegistry
 from backends.rpc_agents import FAULTABLE_KINDS, Faults
@@ -291,7 +292,8 @@ class Recorder(Transport):
 @pytest.mark.parametrize("faults, text", [
     (Faults(fail=("PYTHON_CALL", "NOT_A_KIND")), "NOT_A_KIND"),
     (Faults(delay={"SCRIPT_RET": 1.0}), "SCRIPT_RET"),  # a response kind: torch cannot fault it either
-    (Faults(fail=("CLEANUP_AUTOGRAD_CONTEXT_REQ",)), "CLEANUP_AUTOGRAD_CONTEXT_REQ"),
+    # torch's faulty agent cannot fault propagate-gradients requests either (only the clean-up is retryable)
+    (Faults(fail=("BACKWARD_AUTOGRAD_REQ",)), "BACKWARD_AUTOGRAD_REQ"),
 ])
 def test_faulty_rejects_unknown_kinds_listing_valid_ones(faults, text):
     """An unknown message kind name is a ValueError naming it and listing every valid kind."""
@@ -394,7 +396,7 @@ def test_faulty_delay_is_per_kind_and_keeps_order_within_a_kind():
 # --------------------------------------------------------------- framing, no wire
 def _roundtrip(frame: Frame) -> tuple[Frame, int]:
     """Encode, then decode with the listener's own code; returns the frame and how many messages it took."""
-    meta, body, datas = pg_transport.encode(frame)
+    meta, body, datas = pg_codec.encode(frame)
     rest = ([body] if body is not None else []) + list(datas)
     messages = 1 + len(rest)
 
@@ -403,7 +405,7 @@ def _roundtrip(frame: Frame) -> tuple[Frame, int]:
         assert message.numel() == nbytes and message.dtype == torch.uint8
         return message.clone()
 
-    out = pg_transport.read_frame(meta.numpy().tobytes(), 1, receive)
+    out = pg_codec.read_frame(meta.numpy().tobytes(), 1, receive)
     assert rest == [], "the decoder left messages unread"
     return out, messages
 
@@ -424,7 +426,7 @@ def test_encoding_roundtrips_every_payload_case():
 def test_small_frames_travel_in_one_message_large_ones_split():
     """A frame whose header, descriptors and bytes fit the 4 KiB meta is one c10d message; one byte more
     moves the header to a body message and each tensor to its own."""
-    room = pg_transport.INLINE_CAPACITY
+    room = pg_codec.INLINE_CAPACITY
     out, messages = _roundtrip(Frame(1, 1, b"h" * room))
     assert messages == 1 and out.header == b"h" * room
     out, messages = _roundtrip(Frame(1, 1, b"h" * (room + 1)))
@@ -439,40 +441,40 @@ def test_small_frames_travel_in_one_message_large_ones_split():
 
 def test_batch_meta_carries_records_in_order_each_checked_like_a_frame():
     """Several inline frames in one batch meta come out as they went in, in order; a batch whose
-    records lie (cut short, stray bytes, a split or STOP record inside, a zero count) is a FrameError."""
+    records lie (cut short, stray bytes, a split or STOP record inside, a zero count) is a ProtocolError."""
     frames = [Frame(int(Kind.PYTHON_CALL), i, pickle.dumps(i) * (i + 1), [torch.arange(i, dtype=torch.int64)])
               for i in range(5)] + [Frame(int(Kind.EXCEPTION), 9, b"")]
-    records = [pg_transport.encode_frame(f)[0] for f in frames]
-    meta = pg_transport.batch_meta(records)
-    out = pg_transport.read_frames(meta.numpy().tobytes(), 1, None)
+    records = [pg_codec.encode_frame(f)[0] for f in frames]
+    meta = pg_codec.batch_meta(records)
+    out = pg_codec.read_frames(meta.numpy().tobytes(), 1, None)
     assert [(f.kind, f.msg_id, f.header) for f in out] == [(f.kind, f.msg_id, f.header) for f in frames]
     assert [f.tensors[0].tolist() if f.tensors else None for f in out] == \
         [list(range(i)) for i in range(5)] + [None]
-    with pytest.raises(FrameError, match="where one was expected"):
-        pg_transport.read_frame(meta.numpy().tobytes(), 1, None)
+    with pytest.raises(ProtocolError, match="where one was expected"):
+        pg_codec.read_frame(meta.numpy().tobytes(), 1, None)
     body = b"".join(records)
-    stop = pg_transport.encode_frame(Frame(pg_transport.STOP_KIND, 0, b""))[0]
+    stop = pg_codec.encode_frame(Frame(pg_codec.STOP_KIND, 0, b""))[0]
     bad = {
-        "cut short": _fields(pg_transport.MAGIC, 0, 0, len(body) - 3, 0, 0, 2, 6) + body[:-3],
-        "stray": _fields(pg_transport.MAGIC, 0, 0, len(body) + 8, 0, 0, 2, 6) + body + bytes(8),
-        "count": _fields(pg_transport.MAGIC, 0, 0, len(body), 0, 0, 2, 0) + body,
-        "stop inside": _fields(pg_transport.MAGIC, 0, 0, len(stop), 0, 0, 2, 1) + stop,
-        "data length": _fields(pg_transport.MAGIC, 0, 0, len(records[2]), 0, 0, 2, 1)
+        "cut short": _fields(pg_codec.MAGIC, 0, 0, len(body) - 3, 0, 0, 2, 6) + body[:-3],
+        "stray": _fields(pg_codec.MAGIC, 0, 0, len(body) + 8, 0, 0, 2, 6) + body + bytes(8),
+        "count": _fields(pg_codec.MAGIC, 0, 0, len(body), 0, 0, 2, 0) + body,
+        "stop inside": _fields(pg_codec.MAGIC, 0, 0, len(stop), 0, 0, 2, 1) + stop,
+        "data length": _fields(pg_codec.MAGIC, 0, 0, len(records[2]), 0, 0, 2, 1)
                        + records[2][:56] + struct.pack("<q", 7) + records[2][64:],
     }
     for name, raw in bad.items():
-        with pytest.raises(FrameError, match="rank 1"):
-            pg_transport.read_frames(raw.ljust(pg_transport.META_BYTES, b"\0"), 1, None)
+        with pytest.raises(ProtocolError, match="rank 1"):
+            pg_codec.read_frames(raw.ljust(pg_codec.META_BYTES, b"\0"), 1, None)
         assert name
 
 
 def test_only_frames_that_fit_a_batch_are_queued():
     """A record as large as a whole meta fits alone but not next to a batch's fields: batch_meta refuses it."""
-    room = pg_transport.INLINE_CAPACITY
-    record = pg_transport.encode_frame(Frame(1, 1, b"h" * room))[0]
+    room = pg_codec.INLINE_CAPACITY
+    record = pg_codec.encode_frame(Frame(1, 1, b"h" * room))[0]
     assert record is not None and len(record) > room
     with pytest.raises(ValueError, match="does not fit"):
-        pg_transport.batch_meta([record])
+        pg_codec.batch_meta([record])
 
 
 @pytest.mark.parametrize("frame, error, text", [
@@ -485,30 +487,47 @@ def test_only_frames_that_fit_a_batch_are_queued():
 def test_unsendable_frames_are_refused_before_the_wire(frame, error, text):
     """A frame that cannot travel is refused with an error naming the problem, before anything is sent."""
     with pytest.raises(error, match=text):
-        pg_transport.encode(frame)
+        pg_codec.encode(frame)
 
 
 def _fields(*values):
-    return pg_transport._FIELDS.pack(*values)
+    return pg_codec._FIELDS.pack(*values)
 
 
 @pytest.mark.parametrize("raw", [
     _fields(0, 1, 2, 0, 0, 0, 0, 0),
-    _fields(pg_transport.MAGIC, 1, 2, -1, 0, 0, 0, 0),
-    _fields(pg_transport.MAGIC, 1, 2, 0, 0, 0, 7, 0),
-    _fields(pg_transport.MAGIC, 1, 2, 5000, 0, 0, 1, 0),
-    _fields(pg_transport.MAGIC, 1, 2, 0, 1, 0, 1, 0),
-    _fields(pg_transport.MAGIC, 1, 2, 0, 1, 24, 1, 0) + struct.pack("<3q", 999, 1, 2),
-    _fields(pg_transport.MAGIC, 1, 2, 0, 1, 24, 1, 0) + struct.pack("<3q", 0, 1, 2000),
-    _fields(pg_transport.MAGIC, 1, 2, 0, 0, 8, 1, 0) + struct.pack("<q", 5),
-    _fields(pg_transport.MAGIC, 1, 2, 0, 0, 0, 1, 16),
+    _fields(pg_codec.MAGIC, 1, 2, -1, 0, 0, 0, 0),
+    _fields(pg_codec.MAGIC, 1, 2, 0, 0, 0, 7, 0),
+    _fields(pg_codec.MAGIC, 1, 2, 5000, 0, 0, 1, 0),
+    _fields(pg_codec.MAGIC, 1, 2, 0, 1, 0, 1, 0),
+    _fields(pg_codec.MAGIC, 1, 2, 0, 1, 24, 1, 0) + struct.pack("<3q", 999, 1, 2),
+    _fields(pg_codec.MAGIC, 1, 2, 0, 1, 24, 1, 0) + struct.pack("<3q", 0, 1, 2000),
+    _fields(pg_codec.MAGIC, 1, 2, 0, 0, 8, 1, 0) + struct.pack("<q", 5),
+    _fields(pg_codec.MAGIC, 1, 2, 0, 0, 0, 1, 16),
+    # sizes no tensor has: refused before anything is allocated (torch.empty would try)
+    _fields(pg_codec.MAGIC, 1, 2, 0, 1, 24, 1, 0) + struct.pack("<3q", 0, 1, 1 << 50),
+    _fields(pg_codec.MAGIC, 1, 2, 0, 1, 32, 1, 0) + struct.pack("<4q", 0, 2, 1 << 30, 1 << 30),
+    _fields(pg_codec.MAGIC, 1, 2, 0, 1, 24, 0, 0),  # the same lie in a split frame's body
 ], ids=["magic", "negative", "flag", "inline-overflow", "missing-descriptor", "dtype-code", "short-data",
-        "stray-descriptor", "data-length"])
+        "stray-descriptor", "data-length", "huge-size", "huge-numel", "split-huge-size"])
 def test_garbled_meta_is_a_frame_error_naming_the_sender(raw):
-    """A garbled frame is a FrameError naming the sending rank, never a crash or a wrong tensor."""
-    with pytest.raises(FrameError, match="rank 3"):
-        pg_transport.read_frame(raw.ljust(pg_transport.META_BYTES, b"\0"), 3,
-                                lambda n: torch.zeros(n, dtype=torch.uint8))
+    """A garbled frame is a ProtocolError naming the sending rank, never a crash or a wrong tensor."""
+    def receive(nbytes: int) -> torch.Tensor:  # a split frame's body: one huge-size descriptor
+        assert nbytes == 24, f"asked for {nbytes} bytes before the descriptors were checked"
+        return torch.frombuffer(bytearray(struct.pack("<3q", 0, 1, 1 << 50)), dtype=torch.uint8)
+
+    with pytest.raises(ProtocolError, match="rank 3"):
+        pg_codec.read_frame(raw.ljust(pg_codec.META_BYTES, b"\0"), 3, receive)
+
+
+def test_every_reference_wire_carries_the_same_dtypes():
+    """reference-tp, reference-pg and the c10d reference backend share one dtype table (backends/reference/codec.py)."""
+    from backends.reference import codec, wire
+    from backends.reference.rpc import tp_codec
+
+    table = [getattr(torch, name) for name in codec.DTYPE_TABLE if hasattr(torch, name)]
+    assert list(tp_codec.DTYPES) == list(pg_codec.DTYPE_CODES) == list(wire.DTYPES.values()) == table
+    assert {torch.complex32, torch.uint16, torch.float8_e4m3fn} <= set(table)
 
 
 def test_send_before_start_and_to_self_are_refused():
@@ -521,7 +540,7 @@ def test_send_before_start_and_to_self_are_refused():
     with pytest.raises(TypeError, match="Frame"):
         transport.send(1, (1, 0, b""))
     with pytest.raises(ValueError, match="reserved"):
-        transport.send(1, Frame(pg_transport.STOP_KIND, 0, b""))
+        transport.send(1, Frame(pg_codec.STOP_KIND, 0, b""))
     transport._dst_locks = {1: threading.Lock()}
     with pytest.raises(TransportError, match="cannot send to rank 1: the transport is not started"):
         transport.send(1, Frame(1, 0, b""))

@@ -86,17 +86,18 @@ def cases_with(document: dict, *outcomes: str) -> list[dict]:
 def _sometimes_seen_deviation(a: dict, b: dict) -> bool:
     """One run passed, the other xfailed on a known deviation that shows only in some runs.
 
-    TensorPipe's lost remote events under concurrent profiled calls
-    (suites/profiling/workloads.KNOWN_DEVIATIONS) depend on timing, not on the
-    c10d backend (TensorPipe does not use it): two runs of the same case may
-    see it once, and that says nothing about the wrapper.
+    An agent's intermittent gaps (backends/rpc_agents.py, e.g. TensorPipe's
+    lost remote events under concurrent profiled calls) depend on timing, not
+    on the c10d backend (TensorPipe does not use it): two runs of the same
+    case may see it once, and that says nothing about the wrapper.
     """
-    from suites.profiling.workloads import KNOWN_DEVIATIONS
+    from backends.rpc_agents import AGENTS
 
     if {a["outcome"], b["outcome"]} != {"passed", "xfailed"}:
         return False
     xfailed = a if a["outcome"] == "xfailed" else b
-    return any(reason in xfailed.get("reason", "") for reason in KNOWN_DEVIATIONS.values())
+    reasons = [gap.reason for agent in AGENTS.values() for gap in agent.gaps if gap.outcome == "intermittent"]
+    return any(reason in xfailed.get("reason", "") for reason in reasons)
 
 
 def describe(cases: list[dict]) -> str:

@@ -25,7 +25,7 @@ BASELINE = os.path.join(REPO_ROOT, "suites", "stress", "baselines", "rpc.json")
 CLI_TIMEOUT_S = 120
 REQUIRED = ("agent", "backend", "world_size", "benchmark", "mode", "profiled", "calls", "rpcs_per_s", "p50_us",
             "p99_us", "seconds", "wrong")
-TINY = ("--calls", "40", "--heavy-calls", "4", "--warmup", "3")
+TINY = ("--calls", "40", "--heavy-calls", "4", "--train-steps", "3", "--warmup", "3")
 
 
 # ------------------------------------------------------------------ records
@@ -97,6 +97,23 @@ def test_records_missing_from_the_baseline_are_listed_not_failed():
     assert [m["why"] for m in missing] == ["baseline has 1000 calls, this run 50", "not in the baseline"]
 
 
+def test_train_record_times_the_trainers_only():
+    """train: steps/s and step times come from the trainers; the server's (untimed) result adds only its wrong count."""
+    server = dict(_result(0, 0.0, wrong=1), timed=False)
+    trainers = [dict(_result(r, seconds, [1000, 2000, 3000, 4000]), timed=True) for r, seconds in ((1, 0.5), (2, 0.4))]
+    r = make_record(_key(benchmark="train", mode="step"), 4, [server] + trainers)
+    assert r["seconds"] == 0.5 and r["rpcs_per_s"] == r["steps_per_s"] == pytest.approx(8.0)
+    assert r["per_rank_rpcs_per_s"] == pytest.approx([8.0, 10.0]) and r["p50_us"] == pytest.approx(2000.0)
+    assert r["wrong"] == 1
+
+
+def test_train_runs_once_in_its_own_mode():
+    """--benchmarks train adds one (train, step) measurement whatever --modes says; it cannot be profiled."""
+    args = parse_args(["--benchmarks", "light,train", "--modes", "sync", "--profile"])
+    assert rpc_stress.plan(args) == [("light", "sync", False), ("light", "sync", True), ("train", "step", False)]
+    assert any(t.benchmark == "train" and t.agent == "reference-tp" and t.bound == 1.0 for t in TARGETS)
+
+
 def test_headline_targets():
     """Relative targets use x_tensorpipe, absolute ones the figure; the worst world counts."""
     args = parse_args(["--agent", "tensorpipe,reference-tp,reference-pg"])
@@ -125,7 +142,11 @@ def test_stored_baseline_is_loadable_and_says_how_it_was_made():
             for r in data["records"]}
     expected = {(agent, "gloo", 4, benchmark, mode, profiled)
                 for agent in ("tensorpipe", "reference-pg", "reference-tp")
-                for benchmark, mode, profiled in rpc_stress.plan(parse_args(["--profile"]))}
+                for benchmark, mode, profiled in rpc_stress.plan(parse_args(["--profile"]))
+                # NOT YET IN THE BASELINE: the train benchmark needs the reference agents' distributed
+                # autograd (issue 12); the baseline gets its records when it is next measured on a quiet
+                # machine with every agent. Until then train records are listed as "not in the baseline".
+                if benchmark != "train"}
     assert keys == expected  # the default run, with --profile, on every agent
     for r in data["records"]:
         for field in REQUIRED:
@@ -156,8 +177,8 @@ def _easy_baseline() -> dict:
     records = []
     for benchmark, mode, profiled in rpc_stress.plan(parse_args(["--profile"])):
         key = dict(_key(benchmark=benchmark, mode=mode, profiled=profiled))
-        records.append(dict(key, calls=40 if benchmark == "light" else 4, rpcs_per_s=0.01,
-                            p50_us=1e9 if mode == "sync" else None))
+        records.append(dict(key, calls={"light": 40, "heavy": 4, "train": 3}[benchmark], rpcs_per_s=0.01,
+                            p50_us=1e9 if mode in ("sync", "step") else None))
     return {"records": records}
 
 
@@ -181,15 +202,16 @@ def test_cli_writes_every_record_with_the_required_fields(profiled_run):
     records = report["records"]
     got = {(r["benchmark"], r["mode"], r["profiled"]) for r in records}
     assert got == {("light", "async", False), ("light", "sync", False), ("light", "async", True),
-                   ("light", "sync", True), ("heavy", "async", False), ("heavy", "sync", False)}
+                   ("light", "sync", True), ("heavy", "async", False), ("heavy", "sync", False),
+                   ("train", "step", False)}
     for r in records:
         for field in REQUIRED:
             assert field in r, field
         assert (r["agent"], r["backend"], r["world_size"], r["wrong"]) == ("tensorpipe", "gloo", 2, 0)
-        assert r["calls"] == (40 if r["benchmark"] == "light" else 4)
+        assert r["calls"] == {"light": 40, "heavy": 4, "train": 3}[r["benchmark"]]
         assert r["rpcs_per_s"] == pytest.approx(r["calls"] / r["seconds"])
         assert r["x_tensorpipe"] == pytest.approx(1.0)
-        if r["mode"] == "sync":
+        if r["mode"] in ("sync", "step"):
             assert 0 < r["p50_us"] <= r["p99_us"]
         else:
             assert r["p50_us"] is None
@@ -197,6 +219,7 @@ def test_cli_writes_every_record_with_the_required_fields(profiled_run):
     assert [h["status"] for h in report["headline"]] == ["NOT MEASURED"] * len(TARGETS)
     assert "needs --agent tensorpipe,reference-tp" in proc.stdout  # says why, invents nothing
     assert "# light RPC, async" in proc.stdout and "x_tensorpipe" in proc.stdout
+    assert "# distributed training (3 steps per trainer" in proc.stdout
 
 
 def test_cli_profile_reports_overhead_next_to_the_unprofiled_run(profiled_run):
@@ -246,7 +269,8 @@ def test_cli_hung_agent_is_an_error_row_and_the_run_goes_on(tmp_path, capsys):
     """An agent whose calls never return: a DeadlineExceeded error row with the callee's stack, then a
     fresh world and agent measure the next benchmark, and the run exits 1."""
     status, out, report = run_main(tmp_path, capsys, "--agent", "tensorpipe", "--world-size", "2", "--modes", "sync",
-                                   *TINY, "--plant", "tensorpipe:stall", "--deadline", "6")
+                                   "--benchmarks", "light,heavy", *TINY, "--plant", "tensorpipe:stall",
+                                   "--deadline", "6")
     assert status == 1, out
     [error] = report["errors"]
     assert (error["agent"], error["benchmark"], error["mode"], error["stage"]) == ("tensorpipe", "light", "sync",

@@ -45,6 +45,14 @@ DISTCONFORM_SPEC = BackendSpec(
         Gap({"feature": "monitored_barrier"},
             "dist.monitored_barrier refuses every backend not named 'gloo' ('monitored_barrier is only "
             "implemented for GLOO backend')"),
+        Gap({"feature": "splitting"},
+            "split_group needs a default group bound to an accelerator device: on CPU torch 2.13 refuses before "
+            "asking the backend ('No device associated with the default pg, not safe to split any process "
+            "groups'), so a CPU backend cannot offer it"),
+        Gap({"feature": "shrinking"},
+            "shrink_group asks the group for its C++ device backend, which a Python ProcessGroup does not have: "
+            "'RuntimeError: Cannot access device backend for process group ...' (torch 2.13 shrinks through "
+            "Backend.shrink, NCCL only)"),
     ),
     description="pure-Python reference process group over its own TCP mesh (the oracle)",
 )

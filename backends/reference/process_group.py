@@ -57,6 +57,7 @@ class ReferenceWork(dist.Work):
         self.future = torch.futures.Future()
         self.what, self.timeout_s, self.on_timeout = what, timeout_s, on_timeout
         self.source = -1
+        self.started = self.ended = None  # perf_counter() when the worker began and finished it
         self._done = threading.Event()
         _WORKS_IN_FLIGHT.add(self)
 
@@ -69,6 +70,7 @@ class ReferenceWork(dist.Work):
         self._finished()
 
     def _finished(self) -> None:
+        self.ended = time.perf_counter()
         self._done.set()
         _WORKS_RECENT.append(self)
         _WORKS_IN_FLIGHT.discard(self)
@@ -77,7 +79,10 @@ class ReferenceWork(dist.Work):
         limit = self.timeout_s if timeout is None or timeout.total_seconds() <= 0 else timeout.total_seconds()
         if not self._done.wait(limit):
             if self.on_timeout is None or self.on_timeout():
-                raise RuntimeError(f"reference: {self.what} timed out after {limit:g} s")
+                # c10d's wording ("Timed out ..."), so the patterns users match real backends' errors
+                # against match this one too
+                raise RuntimeError(f"reference: Timed out waiting {limit * 1000:.0f}ms for {self.what} "
+                                   f"to complete")
             self._done.wait()  # the result arrived while we gave up: use it
         self.future.wait()  # raises the operation's error, if any
         return True
@@ -106,6 +111,12 @@ class ReferenceWork(dist.Work):
 
     def get_future(self):
         return self.future
+
+    def _get_duration(self) -> float:
+        """Milliseconds the operation ran (c10d's collectives timing), from its start to its completion."""
+        if not self._done.is_set():
+            raise RuntimeError(f"reference: {self.what} has not completed; it has no duration yet")
+        return (self.ended - (self.started if self.started is not None else self.ended)) * 1000.0
 
     def _source_rank(self):
         return self.source
@@ -146,6 +157,8 @@ def _stop_threads_before_exit() -> None:
 class ReferenceProcessGroup(dist.ProcessGroup):
     """A c10d process group over its own TCP mesh; see the module docstring."""
 
+    work_class = ReferenceWork  # what collectives return (a subclass may plant a bug in it)
+
     def __init__(self, store, rank: int, size: int, timeout: timedelta, global_ranks=None, host=None):
         super().__init__(rank, size)
         self.timeout = timeout
@@ -153,6 +166,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         self.mesh = Mesh(store, rank, size, timeout, host=host)
         self._seq = 0
         self._seq_lock = threading.Lock()
+        self._coalesced: list[ReferenceWork] | None = None  # between _start_coalescing and _end_coalescing
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._work_loop, name=f"reference-worker-r{rank}", daemon=True)
         self._worker.start()
@@ -189,9 +203,19 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             seq = self._seq
         timeout_s = _seconds(opts_timeout, self.timeout)
         # the worker enforces the timeout itself; wait() only guards against a wedged worker
-        work = ReferenceWork(f"{name} (collective #{seq})", timeout_s + 60)
+        work = self.work_class(f"{name} (collective #{seq})", timeout_s + 60)
         self._jobs.put((work, seq, dict(fingerprint, op=name), run, timeout_s))
+        if self._coalesced is not None:
+            self._coalesced.append(work)
         return work
+
+    # c10d's sequence number: the count of collectives this group has issued. Every rank
+    # issues them in the same order, so it is the same on every rank between two calls.
+    def _get_sequence_number_for_group(self) -> int:
+        return self._seq
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass  # every rank starts at 0: nothing to agree on
 
     def _work_loop(self) -> None:
         while True:
@@ -199,8 +223,17 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             if job is None:
                 return
             work, seq, fingerprint, run, timeout_s = job
+            work.started = time.perf_counter()
             try:
-                result = run(seq, fingerprint, time.monotonic() + timeout_s, timeout_s)
+                # A backend writes data, never autograd history. Grad mode is per thread and on
+                # by default here, so without no_grad() the copy_ of a result into the caller's
+                # tensor would be recorded whenever that tensor has acquired history by then:
+                # a functional all_reduce's output gets its AllReduceBackward node as soon as the
+                # op returns, before the worker writes. The copy_ then rebased it onto a
+                # CopyBackwards node, whose gradient for the overwritten value is zero, and the
+                # backward all_reduce silently summed zeros for that rank (gloo writes raw memory).
+                with torch.no_grad():
+                    result = run(seq, fingerprint, time.monotonic() + timeout_s, timeout_s)
             except Exception as exc:
                 work.fail(exc)
             else:
@@ -230,8 +263,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         except RecvTimeout as timeout:
             missing = sorted(key[3] for key in timeout.args[0])
             raise RuntimeError(
-                f"reference: {fingerprint['op']} (collective #{seq}) timed out after {timeout_s:g} s on rank "
-                f"{me}: no message from group ranks {missing} (global ranks "
+                f"reference: Timed out waiting {timeout_s * 1000:.0f}ms for {fingerprint['op']} (collective "
+                f"#{seq}) on rank {me}: no message from group ranks {missing} (global ranks "
                 f"{[self.global_ranks[r] for r in missing]})") from None
         except PeerError as exc:
             raise RuntimeError(f"reference: {fingerprint['op']} (collective #{seq}) failed: {exc}") from None
@@ -285,6 +318,16 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         op = semantics.op_name(getattr(opts.reduceOp, "op", opts.reduceOp))
         return op
 
+    @staticmethod
+    def _premul_factor(opts) -> float | None:
+        """The factor of a ReduceOp made by dist._make_nccl_premul_sum (None for other ops)."""
+        if semantics.op_name(getattr(opts.reduceOp, "op", opts.reduceOp)) != "premul_sum":
+            return None  # reading .factor of any other op raises
+        factor = opts.reduceOp.factor
+        if isinstance(factor, torch.Tensor):
+            factor = factor.item()
+        return factor
+
     # --------------------------------------------------------- collectives
     def allreduce(self, tensors, opts=None):
         # torch also calls pg.allreduce(tensor) with one tensor and no options (DDP's join
@@ -293,7 +336,9 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             tensors = [tensors]
         opts = dist.AllreduceOptions() if opts is None else opts
         tensor = _single(tensors, "all_reduce")
-        op = self._reduce_op(opts)
+        op, factor = self._reduce_op(opts), self._premul_factor(opts)
+        if tensor.layout == torch.sparse_coo:
+            return self._sparse_allreduce(tensor, op, opts)
         semantics.check_op_dtype(op, tensor.dtype)
         n = self.size()
 
@@ -302,12 +347,12 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             if data.numel() * data.element_size() <= SMALL_ALL_REDUCE_BYTES:
                 # one round: everybody gets everybody's tensor and reduces in rank order
                 got = self._round(seq, fp, deadline, timeout_s, {p: data for p in range(n)})
-                tensor.copy_(semantics.reduce_tensors(op, [got[r] for r in range(n)]))
+                tensor.copy_(semantics.reduce_tensors(op, [got[r] for r in range(n)], factor))
                 return [tensor]
             # two rounds: reduce-scatter (rank i owns chunk i), then all-gather the owned chunks
             chunks = list(data.reshape(-1).tensor_split(n))
             got = self._round(seq, fp, deadline, timeout_s, {p: chunks[p] for p in range(n)})
-            mine = semantics.reduce_tensors(op, [got[r] for r in range(n)])
+            mine = semantics.reduce_tensors(op, [got[r] for r in range(n)], factor)
             owned = self._round(seq, fp, deadline, timeout_s, {p: mine for p in range(n)}, step=1)
             result = tensor if tensor.is_contiguous() else torch.empty_like(data)
             for piece, value in zip(result.view(-1).tensor_split(n), (owned[r] for r in range(n))):
@@ -316,7 +361,125 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 tensor.copy_(result)
             return [tensor]
 
-        return self._submit("all_reduce", dict(self._describe(tensor), reduce=op), run, opts.timeout)
+        return self._submit("all_reduce", dict(self._describe(tensor), reduce=op, factor=factor), run, opts.timeout)
+
+    def _sparse_allreduce(self, tensor, op: str, opts) -> ReferenceWork:
+        """Sparse COO: every rank sends its coalesced indices (step 0) and values (step 1)."""
+        if op != "sum":
+            raise ValueError(f"reference: sparse all_reduce supports ReduceOp.SUM only, got ReduceOp.{op.upper()}")
+        n = self.size()
+
+        def run(seq, fp, deadline, timeout_s):
+            mine = tensor.detach().coalesce()
+            indices = self._round(seq, fp, deadline, timeout_s, {p: mine.indices() for p in range(n)})
+            values = self._round(seq, fp, deadline, timeout_s, {p: mine.values() for p in range(n)}, step=1)
+            # a peer's indices are checked (in bounds, one column per value) before torch uses them
+            inputs = [torch.sparse_coo_tensor(indices[r], values[r], tensor.shape, check_invariants=True)
+                      for r in range(n)]
+            tensor.copy_(semantics.sparse_all_reduce(inputs, op)[self.rank()])
+            return [tensor]
+
+        fingerprint = dict(self._describe(tensor), reduce=op, layout="sparse_coo", sparse_dims=tensor.sparse_dim())
+        return self._submit("all_reduce", fingerprint, run, opts.timeout)
+
+    # ---------------------------------------------------------- coalesced
+    # One queued job each: one round per tensor (step i), the fingerprint (every tensor's
+    # dtype and shape) checked at step 0.
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = dist.AllreduceCoalescedOptions() if opts is None else opts
+        op, factor = self._reduce_op(opts), self._premul_factor(opts)
+        for tensor in tensors:
+            semantics.check_op_dtype(op, tensor.dtype)
+        n = self.size()
+
+        def run(seq, fp, deadline, timeout_s):
+            for step, tensor in enumerate(tensors):
+                got = self._round(seq, fp, deadline, timeout_s,
+                                  {p: tensor.detach().contiguous() for p in range(n)}, step=step)
+                tensor.copy_(semantics.reduce_tensors(op, [got[r] for r in range(n)], factor))
+            return list(tensors)
+
+        fingerprint = {"tensors": [self._describe(t) for t in tensors], "reduce": op, "factor": factor}
+        return self._submit("all_reduce_coalesced", fingerprint, run, opts.timeout)
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        self._check_count(output_lists, "all_gather_coalesced output lists")
+        for outputs in output_lists:
+            if len(outputs) != len(input_list):
+                raise ValueError(f"reference: all_gather_coalesced output list of {len(outputs)} tensors for "
+                                 f"{len(input_list)} inputs")
+        n = self.size()
+
+        def run(seq, fp, deadline, timeout_s):
+            for step, tensor in enumerate(input_list):
+                got = self._round(seq, fp, deadline, timeout_s,
+                                  {p: tensor.detach().contiguous() for p in range(n)}, step=step)
+                for rank in range(n):
+                    _copy_into(output_lists[rank][step], got[rank], f"all_gather_coalesced output [{rank}][{step}]")
+            return [t for outputs in output_lists for t in outputs]
+
+        fingerprint = {"tensors": [self._describe(t) for t in input_list]}
+        return self._submit("all_gather_coalesced", fingerprint, run, getattr(opts, "timeout", None))
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        if len(outputs) != len(inputs):
+            raise ValueError(f"reference: all_gather_into_tensor_coalesced got {len(outputs)} outputs for "
+                             f"{len(inputs)} inputs")
+        n = self.size()
+        for output, tensor in zip(outputs, inputs):
+            if output.shape[0] != tensor.shape[0] * n:
+                raise ValueError(f"reference: all_gather_into_tensor output of shape {list(output.shape)} is not "
+                                 f"{n} x input of shape {list(tensor.shape)}")
+
+        def run(seq, fp, deadline, timeout_s):
+            for step, (output, tensor) in enumerate(zip(outputs, inputs)):
+                got = self._round(seq, fp, deadline, timeout_s,
+                                  {p: tensor.detach().contiguous() for p in range(n)}, step=step)
+                for rank, piece in enumerate(output.chunk(n)):
+                    _copy_into(piece, got[rank], f"all_gather_into_tensor_coalesced output {step} from rank {rank}")
+            return list(outputs)
+
+        fingerprint = {"tensors": [self._describe(t) for t in inputs]}
+        return self._submit("all_gather_into_tensor_coalesced", fingerprint, run, getattr(opts, "timeout", None))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        opts = dist.ReduceScatterOptions() if opts is None else opts
+        if len(outputs) != len(inputs):
+            raise ValueError(f"reference: reduce_scatter_tensor_coalesced got {len(outputs)} outputs for "
+                             f"{len(inputs)} inputs")
+        op, factor = self._reduce_op(opts), self._premul_factor(opts)
+        n = self.size()
+        for output, tensor in zip(outputs, inputs):
+            semantics.check_op_dtype(op, tensor.dtype)
+            if tensor.shape[0] != output.shape[0] * n:
+                raise ValueError(f"reference: reduce_scatter_tensor input of shape {list(tensor.shape)} is not "
+                                 f"{n} x output of shape {list(output.shape)}")
+
+        def run(seq, fp, deadline, timeout_s):
+            for step, (output, tensor) in enumerate(zip(outputs, inputs)):
+                chunks = tensor.detach().chunk(n)
+                got = self._round(seq, fp, deadline, timeout_s, {p: chunks[p].contiguous() for p in range(n)},
+                                  step=step)
+                _copy_into(output, semantics.reduce_tensors(op, [got[r] for r in range(n)], factor),
+                           f"reduce_scatter_tensor_coalesced output {step}")
+            return list(outputs)
+
+        fingerprint = {"tensors": [self._describe(t) for t in inputs], "reduce": op, "factor": factor}
+        return self._submit("reduce_scatter_tensor_coalesced", fingerprint, run, opts.timeout)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def _start_coalescing(self, device=None):
+        if self._coalesced is not None:
+            raise RuntimeError("reference: _start_coalescing while already coalescing")
+        self._coalesced = []
+
+    def _end_coalescing(self, device=None):
+        """One Work for every collective issued since _start_coalescing: done when all are, failed if any failed."""
+        works, self._coalesced = self._coalesced or [], None
+        return _all_of(works, "coalesced collectives", self.timeout.total_seconds())
 
     def broadcast(self, tensors, opts):
         tensor = _single(tensors, "broadcast")
@@ -334,14 +497,14 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors, opts):
         tensor = _single(tensors, "reduce")
-        root, op = opts.rootRank, self._reduce_op(opts)
+        root, op, factor = opts.rootRank, self._reduce_op(opts), self._premul_factor(opts)
         self._check_root(root, "reduce")
         semantics.check_op_dtype(op, tensor.dtype)
 
         def run(seq, fp, deadline, timeout_s):
             got = self._round(seq, fp, deadline, timeout_s, {root: tensor.detach().contiguous()})
             if self.rank() == root:
-                tensor.copy_(semantics.reduce(list(got[r] for r in range(self.size())), op, root))
+                tensor.copy_(semantics.reduce([got[r] for r in range(self.size())], op, root, factor))
             return [tensor]
 
         return self._submit("reduce", dict(self._describe(tensor), root=root, reduce=op), run, opts.timeout)
@@ -404,15 +567,16 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         out = _single(output_tensors, "reduce_scatter")
         inputs = _single(input_lists, "reduce_scatter")
         self._check_count(inputs, "reduce_scatter input list")
-        op = self._reduce_op(opts)
+        op, factor = self._reduce_op(opts), self._premul_factor(opts)
         semantics.check_op_dtype(op, out.dtype)
 
         def run(seq, fp, deadline, timeout_s):
             got = self._round(seq, fp, deadline, timeout_s, {p: inputs[p].detach().contiguous() for p in range(self.size())})
-            _copy_into(out, semantics.reduce_tensors(op, [got[r] for r in range(self.size())]), "reduce_scatter output")
+            _copy_into(out, semantics.reduce_tensors(op, [got[r] for r in range(self.size())], factor),
+                       "reduce_scatter output")
             return [out]
 
-        return self._submit("reduce_scatter", dict(self._describe(out), reduce=op), run, opts.timeout)
+        return self._submit("reduce_scatter", dict(self._describe(out), reduce=op, factor=factor), run, opts.timeout)
 
     def reduce_scatter_single(self, output, input, opts):
         if input.shape[0] != output.shape[0] * self.size():
@@ -489,7 +653,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 return
             meta, data = frame
             try:
-                _copy_into(tensor, wire.tensor_from(meta, data), f"{what}: the message from rank {sender}")
+                with torch.no_grad():  # runs in a reader thread, or the caller's: never record history (see _work_loop)
+                    _copy_into(tensor, wire.tensor_from(meta, data), f"{what}: the message from rank {sender}")
             except Exception as exc:
                 work.fail(exc)
                 return
@@ -518,6 +683,23 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
     def abort(self):
         self.shutdown()
+
+
+def _all_of(works: list[ReferenceWork], what: str, timeout_s: float) -> ReferenceWork:
+    combined = ReferenceWork(f"{what} ({len(works)} operations)", timeout_s)
+    if not works:
+        combined.complete([])
+        return combined
+
+    def finished(_):
+        errors = [e for e in (w.exception() for w in works) if e is not None]
+        if errors:
+            combined.fail(errors[0])
+        else:
+            combined.complete([t for w in works for t in w.future.value()])
+
+    torch.futures.collect_all([w.future for w in works]).add_done_callback(finished)
+    return combined
 
 
 def _single(tensors, what: str):

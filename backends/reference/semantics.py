@@ -24,7 +24,7 @@ import torch
 
 Tensor = torch.Tensor
 
-REDUCE_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
+REDUCE_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum")
 BITWISE_OPS = ("band", "bor", "bxor")
 
 
@@ -42,6 +42,10 @@ def check_op_dtype(op: str, dtype: torch.dtype) -> None:
         raise ValueError(f"ReduceOp.{op.upper()} needs an integer or bool tensor, got {dtype}")
     if op == "avg" and not (dtype.is_floating_point or dtype.is_complex):
         raise ValueError(f"ReduceOp.AVG needs a floating-point tensor, got {dtype}")
+    if op in ("min", "max") and dtype.is_complex:
+        raise ValueError(f"ReduceOp.{op.upper()} is undefined on complex tensors (no ordering), got {dtype}")
+    if op == "premul_sum" and not (dtype.is_floating_point or dtype.is_complex):
+        raise ValueError(f"ReduceOp.PREMUL_SUM needs a floating-point tensor, got {dtype}")
 
 
 def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -68,11 +72,20 @@ def _combine_into(op: str, acc: Tensor, t: Tensor) -> None:
         raise ValueError(f"unknown reduce op {op!r}")
 
 
-def reduce_tensors(op, tensors: Sequence[Tensor]) -> Tensor:
-    """``op`` applied elementwise over ``tensors`` (all of one shape and dtype), in rank order."""
+def reduce_tensors(op, tensors: Sequence[Tensor], factor: float | None = None) -> Tensor:
+    """``op`` applied elementwise over ``tensors`` (all of one shape and dtype), in rank order.
+
+    PREMUL_SUM multiplies every input by ``factor`` (in the accumulator dtype) before summing,
+    as NCCL's ncclRedOpCreatePreMulSum does.
+    """
     op = op_name(op)
     dtype = tensors[0].dtype
     check_op_dtype(op, dtype)
+    if op == "premul_sum":
+        if factor is None:
+            raise ValueError("ReduceOp.PREMUL_SUM needs its factor")
+        tensors = [t.to(accumulator_dtype(dtype)) * factor for t in tensors]
+        op = "sum"
     acc = tensors[0].to(accumulator_dtype(dtype), copy=True)
     for tensor in tensors[1:]:
         _combine_into(op, acc, tensor)
@@ -88,9 +101,9 @@ def all_reduce(inputs: Sequence[Tensor], op) -> list[Tensor]:
     return [result.clone() for _ in inputs]
 
 
-def reduce(inputs: Sequence[Tensor], op, root: int) -> Tensor:
+def reduce(inputs: Sequence[Tensor], op, root: int, factor: float | None = None) -> Tensor:
     """The root gets the reduction of all inputs (other ranks' outputs are unspecified)."""
-    return reduce_tensors(op, inputs)
+    return reduce_tensors(op, inputs, factor)
 
 
 def broadcast(inputs: Sequence[Tensor], root: int) -> list[Tensor]:
@@ -143,3 +156,39 @@ def all_to_all_single(inputs: Sequence[Tensor], input_splits: Sequence[Sequence[
     n = len(inputs)
     pieces = [split(inputs[r], input_splits[r], n) for r in range(n)]
     return [torch.cat([pieces[i][j] for i in range(n)]) for j in range(n)]
+
+
+def all_reduce_coalesced(input_lists: Sequence[Sequence[Tensor]], op) -> list[list[Tensor]]:
+    """Tensor i of every rank becomes the reduction over ranks of their tensor i."""
+    n = len(input_lists)
+    reduced = [reduce_tensors(op, [input_lists[r][i] for r in range(n)]) for i in range(len(input_lists[0]))]
+    return [[t.clone() for t in reduced] for _ in range(n)]
+
+
+def all_gather_coalesced(input_lists: Sequence[Sequence[Tensor]]) -> list[list[list[Tensor]]]:
+    """Every rank gets, for every rank r, rank r's list of inputs (output_lists[r][i])."""
+    return [[[t.clone() for t in inputs] for inputs in input_lists] for _ in input_lists]
+
+
+def all_gather_into_tensor(inputs: Sequence[Tensor]) -> list[Tensor]:
+    """Every rank gets all inputs concatenated along dim 0, in rank order."""
+    return [torch.cat(list(inputs)) for _ in inputs]
+
+
+def reduce_scatter_tensor(inputs: Sequence[Tensor], op) -> list[Tensor]:
+    """Rank i gets the reduction over ranks of dim-0 chunk i of their input."""
+    n = len(inputs)
+    return reduce_scatter([list(t.chunk(n)) for t in inputs], op)
+
+
+def sparse_all_reduce(inputs: Sequence[Tensor], op="sum") -> list[Tensor]:
+    """Sparse COO tensors summed over ranks (indices merged, values of equal indices added), coalesced.
+
+    SUM is the only reduction of sparse tensors c10d defines (gloo's is the model)."""
+    if op_name(op) != "sum":
+        raise ValueError(f"sparse all_reduce supports ReduceOp.SUM only, got ReduceOp.{op_name(op).upper()}")
+    total = inputs[0].coalesce()
+    for tensor in inputs[1:]:
+        total = total + tensor.coalesce()
+    total = total.coalesce()
+    return [total.clone() for _ in inputs]

@@ -1,13 +1,12 @@
 """The reference backend's transport: one TCP connection per pair of ranks.
 
-Rendezvous goes through the c10d Store the group is given:
-
-* rank 0 draws a random token and publishes it; every rank publishes the
-  address of its listening socket (port 0: the OS picks a free one);
-* rank r dials every lower rank and presents (token, rank) in a HELLO frame;
-  the listener accepts a connection only with the right token from an
-  expected rank that is not connected yet. Anyone else is refused and
-  counted in ``refused`` with the reason: the store is the membership.
+Rendezvous goes through the c10d Store the group is given, with the
+handshake every reference transport shares (handshake.py): rank 0 draws a
+token, every rank publishes its listening address, rank r dials every lower
+rank and presents (token, rank) in a HELLO frame; the listener accepts a
+connection only with the right token from an expected rank that is not
+connected yet. Anyone else is refused and counted in ``refused`` with the
+reason: the store is the membership.
 
 Each connection has a reader thread that parses frames (backends/reference/
 wire.py) and files them in the mailbox. A malformed frame from a connected
@@ -18,17 +17,14 @@ that peer fails with the error instead of hanging.
 from __future__ import annotations
 
 import collections
-import hmac
 import os
-import secrets
 import socket
 import threading
 import time
 from datetime import timedelta
 
-from . import wire
-
-HANDSHAKE_TIMEOUT_S = 10.0
+from . import handshake, wire
+STORE_PREFIX = "reference"  # the group's store keys: reference/token, reference/addr/<rank>
 SMALL_FRAME_BYTES = 64 * 1024
 READ_BUFFER_BYTES = 256 * 1024
 
@@ -146,15 +142,14 @@ class Mesh:
         self._adopt_lock = threading.Lock()
         host = host or os.environ.get("DISTCONFORM_REFERENCE_HOST", "127.0.0.1")
 
-        self._listener = socket.create_server((host, 0), backlog=max(size, 16))
-        if rank == 0:
-            store.set("reference/token", secrets.token_hex(16))
-        self._token = store.get("reference/token").decode()
-        store.set(f"reference/addr/{rank}", f"{host}:{self._listener.getsockname()[1]}")
-        threading.Thread(target=self._accept_loop, name=f"reference-accept-r{rank}", daemon=True).start()
+        self._token = handshake.world_token(store, STORE_PREFIX, rank).decode()
+        self._listener = handshake.Listener(store, STORE_PREFIX, host=host, rank=rank, world_size=size,
+                                            token=self._token.encode(), read_hello=_read_hello, adopt=self._adopt,
+                                            refused=self.refused, thread_name="reference")
+        hello = wire.encode_meta({"token": self._token, "rank": rank})
         for peer in range(rank):
-            peer_host, port = store.get(f"reference/addr/{peer}").decode().rsplit(":", 1)
-            self._dial(peer, peer_host, int(port), timeout.total_seconds())
+            self._adopt(peer, handshake.dial(store, STORE_PREFIX, peer, wire.encode_header(wire.HELLO, 0, hello, 0)
+                                             + hello, timeout.total_seconds()))
         deadline = time.monotonic() + timeout.total_seconds()
         while len(self._conns) < size - 1:
             if time.monotonic() > deadline:
@@ -163,45 +158,6 @@ class Mesh:
                 raise PeerError(f"reference: rank {rank} was not dialled by ranks {missing} within "
                                 f"{timeout.total_seconds():g} s")
             self._ready.wait(0.05)
-
-    # ---------------------------------------------------------- connecting
-    def _dial(self, peer: int, host: str, port: int, timeout_s: float) -> None:
-        sock = socket.create_connection((host, port), timeout=timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        meta = wire.encode_meta({"token": self._token, "rank": self.rank})
-        sock.sendall(wire.encode_header(wire.HELLO, 0, meta, 0) + meta)
-        sock.settimeout(None)
-        self._adopt(peer, sock)
-
-    def _accept_loop(self) -> None:
-        while not self._closed:
-            try:
-                sock, address = self._listener.accept()
-            except OSError:
-                return  # listener closed
-            threading.Thread(target=self._handshake, args=(sock, address), daemon=True,
-                             name=f"reference-handshake-r{self.rank}").start()
-
-    def _handshake(self, sock: socket.socket, address) -> None:
-        try:
-            sock.settimeout(HANDSHAKE_TIMEOUT_S)
-            kind, _, meta_len, data_len = wire.decode_header(_read_exactly(sock, wire.HEADER.size))
-            if kind != wire.HELLO:
-                raise wire.ProtocolError(f"first frame is {wire.KINDS[kind]}, not hello")
-            if data_len != 0:
-                raise wire.ProtocolError(f"hello frame with {data_len} data bytes; a hello has none")
-            meta = wire.decode_meta(_read_exactly(sock, meta_len))
-            token, peer = meta.get("token"), meta.get("rank")
-            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self._token.encode()):
-                raise wire.ProtocolError("wrong world token")
-            if not isinstance(peer, int) or isinstance(peer, bool) or not self.rank < peer < self.size:
-                raise wire.ProtocolError(f"rank {peer!r} is not a rank that dials rank {self.rank}")
-            sock.settimeout(None)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._adopt(peer, sock)
-        except (wire.ProtocolError, OSError, EOFError) as exc:
-            self.refused.append(f"{address}: {exc}")
-            sock.close()
 
     def _adopt(self, peer: int, sock: socket.socket) -> None:
         with self._adopt_lock:  # two hellos claiming one rank at once: the second is refused
@@ -285,14 +241,7 @@ class Mesh:
 
     def close(self) -> None:
         self._closed = True
-        try:  # wakes the accept loop; close() alone leaves it blocked and the port listening
-            self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
-            self._listener.close()
-        except OSError:
-            pass
+        self._listener.close()
         for sock in self._conns.values():
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -303,7 +252,17 @@ class Mesh:
 
     @property
     def port(self) -> int:
-        return self._listener.getsockname()[1]
+        return self._listener.port
+
+
+def _read_hello(sock: socket.socket) -> dict:
+    """The meta of a HELLO frame read straight from the socket (nothing after it is read ahead)."""
+    kind, _, meta_len, data_len = wire.decode_header(_read_exactly(sock, wire.HEADER.size))
+    if kind != wire.HELLO:
+        raise wire.ProtocolError(f"first frame is {wire.KINDS[kind]}, not hello")
+    if data_len != 0:
+        raise wire.ProtocolError(f"hello frame with {data_len} data bytes; a hello has none")
+    return wire.decode_meta(_read_exactly(sock, meta_len))
 
 
 def _read_exactly(source, n: int) -> bytearray:

@@ -20,27 +20,23 @@ from dataclasses import dataclass
 
 import torch
 
-from backends.reference import semantics
-from suites import compat, values
+from suites import collectives, values
+from suites.collectives import Args
 
-# operation -> (suite collective name, form, reduces, has a root, allows a 0-d tensor)
-OPERATIONS = {
-    "all_reduce": ("all_reduce", None, True, False, True),
-    "reduce": ("reduce", None, True, True, True),
-    "broadcast": ("broadcast", None, False, True, True),
-    "all_gather": ("all_gather", "list", False, False, True),
-    "all_gather_into_tensor": ("all_gather", "single", False, False, False),
-    "gather": ("gather", None, False, True, True),
-    "scatter": ("scatter", None, False, True, True),
-    "reduce_scatter": ("reduce_scatter", "list", True, False, True),
-    "reduce_scatter_tensor": ("reduce_scatter", "single", True, False, False),
-    "all_to_all_single": ("all_to_all", "single", False, False, False),
-    "all_to_all": ("all_to_all", "list", False, False, True),
-}
+# The operations are the collectives of suites/collectives.py (one table, read
+# when a call is made): an entry added there is drawn here too.
 SHAPE_CLASSES = ("1d", "scalar", "2d", "empty")  # the need's shape= value, as in values.SHAPES
 LAYOUTS = ("contiguous", "non_contiguous")
-SPLITS = {"all_to_all_single": ("even", "uneven"), "all_to_all": ("even",)}
 GROUP_KEY = "differential-group"
+
+
+def operations() -> list[str]:
+    return collectives.names()
+
+
+def splits_of(operation: str) -> tuple:
+    """The split kinds drawn for ``operation`` ((None,) when it takes no split sizes)."""
+    return collectives.get(operation).splits or (None,)
 
 # floats: m * 2**e with |m| <= 7 (fewer in worlds over 18 ranks) and e in
 # [EMIN, 1]: every partial sum is exact in the dtype (bfloat16 is the tightest),
@@ -79,16 +75,20 @@ class Call:
 
     # ------------------------------------------------------------ derived
     @property
+    def entry(self) -> collectives.Collective:
+        return collectives.get(self.operation)
+
+    @property
     def collective(self) -> str:
-        return OPERATIONS[self.operation][0]
+        return self.entry.family
 
     @property
     def form(self) -> str | None:
-        return OPERATIONS[self.operation][1]
+        return self.entry.form
 
     @property
     def split(self) -> str | None:
-        if self.operation not in SPLITS:
+        if not self.entry.splits:
             return None
         return "uneven" if self.splits is not None else "even"
 
@@ -131,12 +131,9 @@ def shape_class(shape: tuple, splits: tuple | None = None) -> str:
 
 def need_of(operation: str, op, dtype: str, shape_cls: str, layout: str, subgroup: bool,
             split: str | None = None) -> dict:
-    collective, form, *_ = OPERATIONS[operation]
-    need = {"collective": collective, "dtype": dtype, "layout": layout, "shape": shape_cls}
+    need = {**collectives.get(operation).need(), "dtype": dtype, "layout": layout, "shape": shape_cls}
     if op is not None:
         need["op"] = op
-    if form is not None:
-        need["form"] = form
     if split is not None:
         need["split"] = split
     if subgroup:
@@ -145,7 +142,7 @@ def need_of(operation: str, op, dtype: str, shape_cls: str, layout: str, subgrou
 
 
 def ops_for(operation: str, dtype: str) -> tuple:
-    return values.OPS_BY_KIND[values.kind_of(dtype)] if OPERATIONS[operation][2] else (None,)
+    return values.OPS_BY_KIND[values.kind_of(dtype)] if collectives.get(operation).reduces else (None,)
 
 
 # ------------------------------------------------------------- inputs
@@ -204,35 +201,34 @@ class RankTensors:
     outputs: list  # initial contents of the tensors the call writes (out-of-place calls)
 
 
-def tensors_of(call: Call, rank: int) -> RankTensors:
-    """Rank ``rank``'s inputs and initial outputs; the same on both sides."""
+def chunk_shapes(call: Call, sending: bool, g: int) -> list:
+    """Shapes of group rank ``g``'s chunks, one per group rank (to them if ``sending``, else from them)."""
     n = len(call.members)
-    shape, op = call.shape, call.operation
-    member = rank in call.members
-    g = call.members.index(rank) if member else 0
-    data = lambda slot, shp=shape: _values(call, shp, rank, slot)  # noqa: E731
-    junk = lambda slot, shp=shape: _values(call, shp, rank, slot, garbage=True)  # noqa: E731
-    if op in ("all_reduce", "reduce", "broadcast") or not member:
+    if call.splits is None:
+        return [call.shape] * n
+    return [_rows(call.shape, call.splits[g][j] if sending else call.splits[j][g]) for j in range(n)]
+
+
+def tensors_of(call: Call, rank: int) -> RankTensors:
+    """Rank ``rank``'s inputs and initial outputs, laid out as the table says; the same on both sides."""
+    entry = call.entry
+    data = lambda slot, shp=call.shape: _values(call, shp, rank, slot)  # noqa: E731
+    junk = lambda slot, shp=call.shape: _values(call, shp, rank, slot, garbage=True)  # noqa: E731
+    if rank not in call.members:
         return RankTensors([data(0)], [])
-    if op == "all_gather":
-        return RankTensors([data(0)], [junk(i) for i in range(n)])
-    if op == "all_gather_into_tensor":
-        return RankTensors([data(0)], [junk(0, _rows(shape, n * shape[0]))])
-    if op == "gather":
-        return RankTensors([data(0)], [junk(i) for i in range(n)] if rank == call.root else [])
-    if op == "scatter":
-        return RankTensors([data(j) for j in range(n)] if rank == call.root else [], [junk(0)])
-    if op == "reduce_scatter":
-        return RankTensors([data(j) for j in range(n)], [junk(0)])
-    if op == "reduce_scatter_tensor":
-        return RankTensors([torch.cat([data(j) for j in range(n)])], [junk(0)])
-    if op == "all_to_all":
-        return RankTensors([data(j) for j in range(n)], [junk(i) for i in range(n)])
-    if op == "all_to_all_single":
-        send = [_rows(shape, call.splits[g][j] if call.splits else shape[0]) for j in range(n)]
-        recv_rows = sum(call.splits[i][g] for i in range(n)) if call.splits else n * shape[0]
-        return RankTensors([torch.cat([data(j, s) for j, s in enumerate(send)])], [junk(0, _rows(shape, recv_rows))])
-    raise ValueError(f"unknown operation {op!r}")
+    g, is_root = call.members.index(rank), rank == call.root
+    ins: list = []
+    if entry.inputs.passed_by(is_root):
+        shapes = chunk_shapes(call, True, g)[:entry.inputs.count(len(call.members))]
+        ins = collectives.pack(entry.inputs, [data(j, shp) for j, shp in enumerate(shapes)])
+    outs: list = []
+    if entry.outputs is not None and entry.outputs.passed_by(is_root):
+        shapes = chunk_shapes(call, False, g)[:entry.outputs.count(len(call.members))]
+        if entry.outputs.packing == "tensor":  # one fill of the whole output tensor
+            outs = [junk(0, _rows(call.shape, sum(shp[0] for shp in shapes)) if shapes[0] else call.shape)]
+        else:
+            outs = [junk(i, shp) for i, shp in enumerate(shapes)]
+    return RankTensors(ins, outs)
 
 
 def sentinel(dtype: str):
@@ -271,69 +267,41 @@ class Expected:
 
 
 def expected_of(call: Call) -> Expected:
-    """What every rank must hold afterwards, from backends/reference/semantics.py."""
+    """What every rank must hold afterwards: the table's oracle (backends/reference/semantics.py)."""
+    entry = call.entry
     ranks = range(call.world_size)
     given = [tensors_of(call, r) for r in ranks]
     members = call.members
-    n = len(members)
-    op, red = call.operation, call.op
-    ins = [given[r].inputs for r in members]  # by group rank
     root_g = members.index(call.root) if call.root is not None else None
+    ins = [given[r].inputs for r in members]  # by group rank
+    chunks = [collectives.unpack(entry.inputs, ins[g], [s[0] if s else 0 for s in chunk_shapes(call, True, g)])
+              for g in range(len(members))]
+    out = entry.oracle(chunks, call.op, root_g)
+    in_name, out_name = entry.labels
     results: dict[int, list] = {}
-    if op == "all_reduce":
-        out = semantics.all_reduce([i[0] for i in ins], red)
-        results = {r: [("tensor", out[g])] for g, r in enumerate(members)}
-    elif op == "reduce":
-        out = semantics.reduce([i[0] for i in ins], red, root_g)
-        results = {r: [("tensor", out if r == call.root else None)] for r in members}
-    elif op == "broadcast":
-        out = semantics.broadcast([i[0] for i in ins], root_g)
-        results = {r: [("tensor", out[g])] for g, r in enumerate(members)}
-    elif op in ("all_gather", "all_gather_into_tensor"):
-        out = semantics.all_gather([i[0] for i in ins])
-        for g, r in enumerate(members):
-            got = [(f"output[{i}]", t) for i, t in enumerate(out[g])] if op == "all_gather" \
-                else [("output", torch.cat(out[g]) if call.shape else torch.stack(out[g]))]
-            results[r] = got + [("input (unchanged)", ins[g][0])]
-    elif op == "gather":
-        out = semantics.gather([i[0] for i in ins], root_g)
-        for g, r in enumerate(members):
-            got = [(f"gather_list[{i}]", t) for i, t in enumerate(out)] if r == call.root else []
-            results[r] = got + [("input (unchanged)", ins[g][0])]
-    elif op == "scatter":
-        out = semantics.scatter(ins[root_g], n)
-        for g, r in enumerate(members):
-            results[r] = [("output", out[g])] + [(f"scatter_list[{j}] (unchanged)", t)
-                                                  for j, t in enumerate(ins[g])]
-    elif op in ("reduce_scatter", "reduce_scatter_tensor"):
-        lists = [_chunks(i[0], n) for i in ins] if op == "reduce_scatter_tensor" else ins
-        out = semantics.reduce_scatter(lists, red)
-        for g, r in enumerate(members):
-            results[r] = [("output", out[g])] + [(f"input[{j}] (unchanged)", t) for j, t in enumerate(ins[g])]
-    elif op == "all_to_all":
-        out = semantics.all_to_all(ins)
-        for g, r in enumerate(members):
-            results[r] = [(f"output[{i}]", t) for i, t in enumerate(out[g])] + \
-                [(f"input[{j}] (unchanged)", t) for j, t in enumerate(ins[g])]
-    elif op == "all_to_all_single":
-        splits = [list(s) for s in call.splits] if call.splits else [None] * n
-        out = semantics.all_to_all_single([i[0] for i in ins], splits)
-        for g, r in enumerate(members):
-            results[r] = [("output", out[g]), ("input (unchanged)", ins[g][0])]
-    else:
-        raise ValueError(f"unknown operation {op!r}")
+    for g, r in enumerate(members):
+        if entry.in_place:
+            results[r] = [(in_name, out[g][0])]
+            continue
+        got = out[g]
+        if entry.outputs.chunks == collectives.ONE_CHUNK:
+            checked = [(out_name, got[0])]
+        elif not got or entry.outputs.packing == "list":
+            checked = [(f"{out_name}[{i}]", t) for i, t in enumerate(got)]
+        else:
+            checked = [(out_name, torch.cat(got) if call.shape else torch.stack(got))]
+        if entry.inputs.packing == "list" and entry.inputs.chunks == collectives.PER_RANK:
+            checked += [(f"{in_name}[{j}] (unchanged)", t) for j, t in enumerate(ins[g])]
+        else:
+            checked += [(f"{in_name} (unchanged)", t) for t in ins[g]]
+        results[r] = checked
     per_rank = []
     for r in ranks:
         if r in results:
             per_rank.append(results[r])
         else:  # not in the group: did nothing, holds its own input
             per_rank.append([("tensor (non-member, untouched)", given[r].inputs[0])])
-    return Expected(per_rank, exact=red != "avg")
-
-
-def _chunks(flat: torch.Tensor, n: int) -> list:
-    rows = flat.shape[0] // n
-    return [flat[i * rows:(i + 1) * rows] for i in range(n)]
+    return Expected(per_rank, exact=call.op != "avg")
 
 
 # ---------------------------------------------------------- rank side
@@ -373,50 +341,14 @@ def run_on_rank(call: Call) -> dict:
     ins = [lay_out(t, layout, device) for t in given.inputs]
     outs = [lay_out(t, layout, device) for t in given.outputs]
     i, o = [v for v, _ in ins], [v for v, _ in outs]
-    kw = {} if group is None else {"group": group}
-    op = call.operation
-    red = values.reduce_op(call.op) if call.op is not None else None
-    member = rank in call.members
-    if not member:
+    if rank not in call.members:
         checked = i[:1]
-    elif op == "all_reduce":
-        dist.all_reduce(i[0], op=red, **kw)
-        checked = i
-    elif op == "reduce":
-        dist.reduce(i[0], dst=call.root, op=red, **kw)
-        checked = i
-    elif op == "broadcast":
-        dist.broadcast(i[0], src=call.root, **kw)
-        checked = i
-    elif op == "all_gather":
-        dist.all_gather(o, i[0], **kw)
-        checked = o + i
-    elif op == "all_gather_into_tensor":
-        compat.all_gather_single(o[0], i[0], **kw)
-        checked = o + i
-    elif op == "gather":
-        dist.gather(i[0], gather_list=o if rank == call.root else None, dst=call.root, **kw)
-        checked = o + i
-    elif op == "scatter":
-        dist.scatter(o[0], scatter_list=i if rank == call.root else None, src=call.root, **kw)
-        checked = o + i
-    elif op == "reduce_scatter":
-        dist.reduce_scatter(o[0], i, op=red, **kw)
-        checked = o + i
-    elif op == "reduce_scatter_tensor":
-        compat.reduce_scatter_single(o[0], i[0], op=red, **kw)
-        checked = o + i
-    elif op == "all_to_all":
-        dist.all_to_all(o, i, **kw)
-        checked = o + i
-    elif op == "all_to_all_single":
-        g = call.members.index(rank)
-        n = len(call.members)
-        in_splits = list(call.splits[g]) if call.splits else None
-        out_splits = [call.splits[s][g] for s in range(n)] if call.splits else None
-        dist.all_to_all_single(o[0], i[0], output_split_sizes=out_splits, input_split_sizes=in_splits, **kw)
-        checked = o + i
     else:
-        raise ValueError(f"unknown operation {op!r}")
+        entry = call.entry
+        g, n = call.members.index(rank), len(call.members)
+        entry.issue(Args(i, o, op=values.reduce_op(call.op) if call.op is not None else None, root=call.root,
+                         group=group, input_splits=list(call.splits[g]) if call.splits else None,
+                         output_splits=[call.splits[s][g] for s in range(n)] if call.splits else None))
+        checked = i if entry.in_place else o + i
     outside = [outside_view(b, layout) for _, b in ins + outs]
     return {"tensors": [t.cpu() for t in checked], "outside": [t.cpu() for t in outside if t is not None]}

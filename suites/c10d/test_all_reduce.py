@@ -53,6 +53,20 @@ def all_reduce_on_rank(op, dtype, shape_name, layout="contiguous", async_op=Fals
     return tensor.cpu(), buffer.cpu()
 
 
+def all_reduce_with_history(async_op):
+    """all_reduce in place on a tensor with autograd history, under no_grad (as in an autograd.Function's forward)."""
+    x = torch.full((3, 2), float(ctx.rank + 1), device=ctx.device, requires_grad=True)
+    y = x * 2
+    node = y.grad_fn
+    with torch.no_grad():
+        work = dist.all_reduce(y, async_op=async_op)
+    if async_op:
+        work.wait()
+    history = (type(y.grad_fn).__name__, y.grad_fn is node)
+    y.sum().backward()  # through the history y had before the call
+    return y.detach().cpu(), history, x.grad.cpu()
+
+
 # ------------------------------------------------------------------ clauses
 @pytest.mark.parametrize("dtype,op", MATRIX)
 def test_all_reduce(world, dtype, op):
@@ -92,3 +106,22 @@ def test_all_reduce_async(world, dtype, op):
     shape = values.SHAPES["4MiB" if dtype == "float32" else "2d"]
     expected = values.reduced(op, dtype, shape, world.world_size)
     expect_on_every_rank([r[0] for r in results], expected, f"async all_reduce {op} {dtype}")
+
+
+@pytest.mark.parametrize("async_op", [False, True], ids=["sync", "async"])
+def test_all_reduce_leaves_autograd_history_alone(world, async_op):
+    """all_reduce writes data only: a tensor with autograd history keeps its grad_fn and its gradient.
+
+    Model-parallel layers all_reduce activations in place inside an autograd.Function's
+    forward, and functional collectives attach their backward node to the output before the
+    result lands. A backend that writes the result with autograd recording (a worker thread's
+    copy_, grad mode being per thread) rebases the tensor onto a CopyBackwards node: the
+    gradient through everything before the collective becomes zero.
+    """
+    results = world.run(all_reduce_with_history, async_op)
+    n = world.world_size
+    for rank, (value, history, grad) in enumerate(results):
+        expect_tensor(value, torch.full((3, 2), float(n * (n + 1))), f"all_reduce of a tensor with history on rank {rank}")
+        assert history == ("MulBackward0", True), \
+            f"rank {rank}: all_reduce replaced the tensor's grad_fn MulBackward0 by {history[0]} (autograd recorded the write)"
+        expect_tensor(grad, torch.full((3, 2), 2.0), f"gradient through the history before all_reduce on rank {rank}")

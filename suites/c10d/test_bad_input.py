@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from fixtures.rank import ctx
+from suites import collectives
 
 GROUP_TIMEOUT_S = 0.5
 
@@ -61,13 +62,13 @@ def _mismatched_split_sizes(group):
     return f"returned {out.tolist()}"
 
 
-CASES = {
-    "all_reduce_mismatched_shapes": (_mismatched_shapes, {"collective": "all_reduce"}),
-    "all_reduce_mismatched_dtypes": (_mismatched_dtypes, {"collective": "all_reduce"}),
-    "broadcast_vs_all_reduce": (_mismatched_collectives, {"collective": "broadcast"}),
-    "broadcast_root_out_of_range": (_invalid_broadcast_root, {"collective": "broadcast"}),
-    "reduce_root_negative": (_invalid_reduce_root, {"collective": "reduce"}),
-    "all_to_all_mismatched_splits": (_mismatched_split_sizes, {"collective": "all_to_all", "form": "single"}),
+CASES = {  # name -> (rank side, the collective it calls: suites/collectives.py states its requirements)
+    "all_reduce_mismatched_shapes": (_mismatched_shapes, collectives.need("all_reduce")),
+    "all_reduce_mismatched_dtypes": (_mismatched_dtypes, collectives.need("all_reduce")),
+    "broadcast_vs_all_reduce": (_mismatched_collectives, collectives.need("broadcast")),
+    "broadcast_root_out_of_range": (_invalid_broadcast_root, collectives.need("broadcast")),
+    "reduce_root_negative": (_invalid_reduce_root, collectives.need("reduce")),
+    "all_to_all_mismatched_splits": (_mismatched_split_sizes, collectives.need("all_to_all_single")),
 }
 for _name, (_, _needs) in CASES.items():
     _needs["bad_input"] = _name

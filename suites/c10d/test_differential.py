@@ -46,8 +46,9 @@ from hypothesis import strategies as st
 
 from fixtures.errors import RankError, WorldError
 from suites import values
-from suites.c10d.differential import (LAYOUTS, OPERATIONS, SHAPE_CLASSES, SPLITS, Call, expected_of, need_of,
-                                      ops_for, run_on_rank, sentinel)
+from suites import collectives
+from suites.c10d.differential import (LAYOUTS, SHAPE_CLASSES, Call, expected_of, need_of, operations, ops_for,
+                                      run_on_rank, sentinel, splits_of)
 from suites.checks import expect_tensor
 
 REPLAY_ENV = "DISTCONFORM_REPLAY"
@@ -69,8 +70,9 @@ class CallFailed(Exception):
 def allowed_combos(spec, world_size: int) -> list[tuple]:
     """Every (operation, split, dtype, op, shape class, layout, subgroup) the backend claims to support."""
     combos = []
-    for operation, (_, _, _, _, scalar_ok) in OPERATIONS.items():
-        for split in SPLITS.get(operation, (None,)):
+    for operation in operations():  # every collective of suites/collectives.py
+        scalar_ok = collectives.get(operation).allows_scalar
+        for split in splits_of(operation):
             for dtype in values.DTYPES:
                 for op in ops_for(operation, dtype):
                     for shape_cls in SHAPE_CLASSES:
@@ -155,7 +157,7 @@ def calls(draw, tree: tuple[list, dict], world_size: int, backend: str) -> Call:
         # every non-empty subset equally likely; shrinks towards the whole world as a new group
         group = draw(st.sampled_from(subsets(world_size)))
     members = tuple(range(world_size)) if group is None else group
-    root = draw(st.sampled_from(members)) if OPERATIONS[operation][3] else None
+    root = draw(st.sampled_from(members)) if collectives.get(operation).rooted else None
     splits = None
     if split == "uneven":
         n = len(members)

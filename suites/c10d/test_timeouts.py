@@ -2,33 +2,53 @@
 
 The group is made inside the live world with new_group(timeout=...): no world
 restart, and the default group is never exposed to the timeout.
+
+Every collective of suites/collectives.py is a case (and all_reduce once more
+through async_op=True and Work.wait()). The absent rank is the last one. When
+data flows from a root (broadcast, scatter) the absent rank is the root, so
+every other rank waits for it and must raise. When data flows into a root
+(reduce, gather) rank 0 is the root: it waits for the absent rank's
+contribution and must raise; the other ranks may legitimately finish their
+send without the absent rank, so they may return or raise.
 """
 
 import pytest
-import torch
-import torch.distributed as dist
 
 from fixtures.rank import ctx
-from suites.c10d.timeouts import call_while_one_rank_skips, expect_timeout_errors
+from suites import collectives
+from suites.c10d.timeouts import call_while_one_rank_skips, expect_timeout_errors, issue_small
 
 pytestmark = pytest.mark.needs(feature="group_timeout")
 
 TIMEOUT_S = 0.5
-
-OPERATIONS = {
-    "all_reduce": lambda g: dist.all_reduce(torch.ones(4, device=ctx.device), group=g),
-    "broadcast": lambda g: dist.broadcast(torch.ones(4, device=ctx.device), src=ctx.world_size - 1, group=g),
-    "all_gather": lambda g: dist.all_gather([torch.zeros(4, device=ctx.device) for _ in range(ctx.world_size)],
-                                            torch.ones(4, device=ctx.device), group=g),
-    "async_all_reduce": lambda g: dist.all_reduce(torch.ones(4, device=ctx.device), group=g, async_op=True).wait(),
-}
+ASYNC = ("all_reduce",)  # also issued with async_op=True, the error surfacing from Work.wait()
 
 
-def skip_on_last_rank(name):
-    return call_while_one_rank_skips(OPERATIONS[name], TIMEOUT_S, absent=ctx.world_size - 1)
+def cases() -> list:
+    """(case id, collective name, async_op) for every collective of the table."""
+    names = list(collectives.TABLE)
+    return [(name, name, False) for name in names] + [(f"async_{name}", name, True) for name in ASYNC]
 
 
-@pytest.mark.parametrize("operation", list(OPERATIONS))
-def test_skipped_collective_raises_within_group_timeout(world, operation, record_property):
-    """A collective one rank never enters raises on every other rank within [timeout, timeout + 5 s]."""
-    expect_timeout_errors(world.run(skip_on_last_rank, operation), operation, TIMEOUT_S, record_property)
+def root_of(name: str, world_size: int) -> int | None:
+    """The root of a rooted collective: the absent rank when data comes from it, else rank 0."""
+    entry = collectives.get(name)
+    if not entry.rooted:
+        return None
+    return 0 if entry.flow == collectives.TO_ROOT else world_size - 1
+
+
+def skip_on_last_rank(name: str, async_op: bool):
+    root = root_of(name, ctx.world_size)
+    return call_while_one_rank_skips(lambda g: issue_small(name, g, root=root, async_op=async_op),
+                                     TIMEOUT_S, absent=ctx.world_size - 1)
+
+
+@pytest.mark.parametrize("operation, name, async_op", [
+    pytest.param(case, name, async_op, id=case, marks=pytest.mark.needs(**collectives.get(name).need()))
+    for case, name, async_op in cases()])
+def test_skipped_collective_raises_within_group_timeout(world, operation, name, async_op, record_property):
+    """A collective one rank never enters raises on every rank waiting for it within [timeout, timeout + 5 s]."""
+    bound = [0] if collectives.get(name).flow == collectives.TO_ROOT else None  # only the root waits for it
+    expect_timeout_errors(world.run(skip_on_last_rank, name, async_op), operation, TIMEOUT_S, record_property,
+                          bound=bound)

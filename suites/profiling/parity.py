@@ -94,7 +94,7 @@ class ParityRow:
     match: bool
     baseline_samples: int
     differences: list = field(default_factory=list)  # Difference.line() texts
-    known_deviation: str = ""  # why the agent knowingly differs (workloads.KNOWN_DEVIATIONS)
+    known_deviation: str = ""  # why the agent knowingly differs (its gap in backends/rpc_agents.py)
 
     def to_json(self) -> dict:
         return self.__dict__.copy()

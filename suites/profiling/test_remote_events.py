@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from suites.profiling import capture, parity
-from suites.profiling.workloads import KNOWN_DEVIATIONS, MODES, NESTED, WORKLOADS
+from suites.profiling.workloads import CONCURRENT, MODES, NESTED, WORKLOADS
 
 REMOTE = "#remote_op: "
 DIRECT = [name for name in WORKLOADS if name != NESTED]
@@ -168,6 +168,7 @@ def test_table_has_node_ids_and_trace_opens_in_perfetto(profiled_agent, parity_r
     assert nodes == ({"node_id:1", "node_id:2"} if nested else {"node_id:1"})
 
 
+@pytest.mark.needs(workload=CONCURRENT)
 def test_concurrent_calls_each_bring_their_own_events(profiled_agent):
     """8 profiled rpc_async calls in flight at once: 8 of each remote op come back (none lost or mixed up).
 
@@ -181,9 +182,6 @@ def test_concurrent_calls_each_bring_their_own_events(profiled_agent):
     assert key in [e["name"] for e in events]
     counts = {op: [e["node_id"] for e in events if e["name"] == key + REMOTE + op]
               for op in ("aten::add", "aten::mul", "aten::sub", "aten::relu")}
-    deviation = KNOWN_DEVIATIONS.get(("concurrent_calls", profiled_agent.name))
-    if deviation and any(len(nodes) != count for nodes in counts.values()):
-        pytest.xfail(f"{profiled_agent.name}: {deviation}; this run: "
-                     + ", ".join(f"{op} {len(nodes)}/{count}" for op, nodes in counts.items()))
-    for op, nodes in counts.items():
-        assert nodes == [1] * count, f"{op}: {len(nodes)} of {count} calls brought it back (nodes {nodes})"
+    wrong = {op: nodes for op, nodes in counts.items() if nodes != [1] * count}
+    assert not wrong, ", ".join(f"{op} {len(nodes)}/{count}" for op, nodes in counts.items()) + \
+        " calls brought their remote op back" + "".join(f"; {op} from nodes {nodes}" for op, nodes in wrong.items())

@@ -119,12 +119,15 @@ WORKLOADS = {w.name: w for w in (
              description="a Python function on worker1 that does an op and raises"),
 )}
 
-# What an agent knowingly does differently, and why: (workload, agent) -> reason.
-# The parity clause turns these into strict expected failures with the reason.
-KNOWN_DEVIATIONS = {
-    ("concurrent_calls", "tensorpipe"): (
-        "torch 2.13's TensorPipe loses remote events of profiled calls in flight at once "
-        "(measured: 4 or 5 of 8 calls brought theirs back, with 1024 worker threads)"),
-}
+# What an agent knowingly does differently is one of its gaps (backends/rpc_agents.py),
+# matched on ``workload=`` (and ``mode=``): the clauses state them as requirements.
+CONCURRENT = "concurrent_calls"  # the workload name of test_concurrent_calls_each_bring_their_own_events
+
+
+def known_deviation(agent: str, workload: str, mode: str | None = None) -> str:
+    """The reason of the agent's gap for this workload ("" if it is held to TensorPipe's events)."""
+    gap = rpc_agents.get(agent).gap_for(workload=workload, mode=mode)
+    return gap.reason if gap else ""
+
 
 NESTED = "nested_async"  # the workload whose chrome trace goes to the report

@@ -5,7 +5,7 @@
 (module, timeout text, gaps with reasons); the agent axis, gaps and ordering
 are fixtures/rpc_plugin.py; the rank side (one shared agent per world and
 agent, private agents for clauses that configure or shut one down) is
-lifecycle.py; remote functions live in udfs.py so every rank can import them.
+fixtures/rpc_lifecycle.py; remote functions live in udfs.py so every rank can import them.
 
 Files, one contract area each: test_calls (builtin / Python / TorchScript,
 to self, tensors, concurrency), test_addressing (``to=``), test_errors

@@ -13,7 +13,8 @@ import torch
 
 from backends.rpc_agents import worker_name
 from fixtures.rank import ctx
-from suites.rpc import lifecycle, udfs
+from fixtures import rpc_lifecycle as lifecycle
+from suites.rpc import udfs
 from suites.rpc.common import peer, peer_name
 
 CALL_MODES = ("rpc_sync", "rpc_async", "remote")

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from fixtures.rank import ctx
-from suites.rpc import lifecycle, udfs
+from fixtures import rpc_lifecycle as lifecycle
+from suites.rpc import udfs
 from suites.rpc.common import barrier, callee_log, outcome_of, peer_name
 
 MODES = ("rpc_sync", "rpc_async", "remote", "rref_method")

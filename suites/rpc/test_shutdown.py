@@ -12,7 +12,9 @@ import re
 import pytest
 import torch
 
-from suites.rpc import lifecycle, udfs
+from fixtures import rpc_lifecycle as lifecycle
+
+from suites.rpc import udfs
 from suites.rpc.common import outcome_of, peer_name
 from fixtures.rank import ctx
 

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from backends.rpc_agents import Faults
-from suites.rpc import lifecycle, udfs
+from fixtures import rpc_lifecycle as lifecycle
+from suites.rpc import udfs
 from suites.rpc.common import outcome_of, peer_name
 from fixtures.rank import ctx
 

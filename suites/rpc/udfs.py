@@ -13,7 +13,7 @@ import time
 import torch
 from torch.distributed.rpc.functions import async_execution
 
-from suites.rpc import lifecycle
+from fixtures import rpc_lifecycle as lifecycle
 
 
 class ExpectedError(ValueError):

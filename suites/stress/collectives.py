@@ -44,7 +44,8 @@ import time
 from suites.stress import metrics
 from suites.stress.common import (WorldSlot, backend_registry, csv_list as _csv, device_plan, host_info,
                                   run_until_interrupted, say)
-from suites.stress.metrics import COLLECTIVES, DEFAULT_COLLECTIVES, REDUCING, ROOTED
+from suites.stress.metrics import DEFAULT_COLLECTIVES, collective_names
+from suites.stress.progress import Progress
 
 MIB = 1 << 20
 # (what, collective, size in bytes, comparison, target ratio candidate/baseline)
@@ -72,7 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--backend", default="gloo", help="comma-separated backends (default: gloo)")
     parser.add_argument("--world-size", default="2,4", help="comma-separated world sizes (default: 2,4)")
     parser.add_argument("--collectives", default=",".join(DEFAULT_COLLECTIVES),
-                        help=f"comma-separated, from {', '.join(COLLECTIVES)} (default: {','.join(DEFAULT_COLLECTIVES)})")
+                        help=f"comma-separated, from {', '.join(collective_names())} (nccl-tests' names; *_list: "
+                             f"torch's list forms), or 'all' (default: {','.join(DEFAULT_COLLECTIVES)})")
     parser.add_argument("--min-bytes", default="8", help="smallest size, e.g. 8, 4K (default: 8)")
     parser.add_argument("--max-bytes", default="64M", help="largest size, e.g. 4K, 64M (default: 64M)")
     parser.add_argument("--step-factor", type=int, default=4, help="size multiplier between rows (default: 4)")
@@ -102,9 +104,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.world_sizes or min(args.world_sizes) < 1:
         parser.error("--world-size: need world sizes >= 1 (e.g. 2,4)")
     args.collective_list = _csv(args.collectives)
-    unknown = [c for c in args.collective_list if c not in COLLECTIVES]
+    if args.collective_list == ["all"]:
+        args.collective_list = collective_names()
+    unknown = [c for c in args.collective_list if c not in collective_names()]
+    if unknown and args.backend_plugin:  # a plugin may add collectives to the table: look again after importing it
+        _import_plugins(args.backend_plugin)
+        unknown = [c for c in args.collective_list if c not in collective_names()]
     if unknown or not args.collective_list:
-        parser.error(f"--collectives: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(COLLECTIVES)}")
+        parser.error(f"--collectives: unknown {', '.join(unknown) or '(none given)'}; "
+                     f"known: {', '.join(collective_names())}")
     try:
         args.sizes = metrics.size_sweep(metrics.parse_bytes(args.min_bytes), metrics.parse_bytes(args.max_bytes),
                                         args.step_factor, extra=[t[2] for t in HEADLINE_TARGETS])
@@ -114,6 +122,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--iters, --min-iters and --warmup must be >= 1")
     args.min_iters = min(args.min_iters, args.iters)
     return args
+
+
+def _import_plugins(modules) -> None:
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - backend_registry reports a broken plugin with its error
+            pass
 
 
 # ------------------------------------------------------------------ output
@@ -147,8 +165,8 @@ def make_record(backend: str, world_size: int, collective: str, dtype: str, resu
     return {
         "backend": backend, "world_size": world_size, "collective": collective,
         "size": size, "count": results[0]["count"], "type": dtype,
-        "redop": "sum" if collective in REDUCING else "none",
-        "root": 0 if collective in ROOTED else -1,
+        "redop": "sum" if metrics.entry(collective).reduces else "none",
+        "root": 0 if metrics.entry(collective).rooted else -1,
         "time_us": p50 * 1e6, "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
         "algbw": metrics.algbw(size, p50), "busbw": metrics.busbw(collective, world_size, size, p50),
         "bus_factor": metrics.bus_factor(collective, world_size),
@@ -166,6 +184,7 @@ class Bench:
         self.errors: list[dict] = []
         self.unavailable: list[dict] = []
         self.skipped: list[dict] = []
+        self.progress = Progress(0, enabled=False)  # run() makes the real one (a terminal only)
 
     def _error(self, backend: str, world_size: int, collective, size, exc: BaseException) -> None:
         text = str(exc) or repr(exc)
@@ -189,6 +208,12 @@ class Bench:
                 continue
             targets.append((name, spec))
 
+        args = self.args
+        self.progress = Progress(len(targets) * len(args.world_sizes) * len(args.collective_list) * len(args.sizes))
+        with self.progress:
+            self._sweep(targets)
+
+    def _sweep(self, targets) -> None:
         for world_size in self.args.world_sizes:
             worlds = {}
             try:
@@ -197,6 +222,7 @@ class Bench:
                     if isinstance(devices, str):
                         self.unavailable.append({"backend": name, "world_size": world_size, "reason": devices})
                         say(f"# backend {name} world_size={world_size}: unavailable, skipped: {devices}")
+                        self.progress.skip(len(self.args.collective_list) * len(self.args.sizes))
                         continue
                     worlds[name] = WorldSlot(spec, world_size, devices, plugins=self.args.backend_plugin,
                                              deadline=self.args.deadline)
@@ -218,12 +244,13 @@ class Bench:
             world = slot.get()  # the live world, reset or replaced after a failure
         except Exception as exc:
             self._error(name, world_size, collective, None, exc)
+            self.progress.skip(len(args.sizes))
             return
         say()
         say(table_header(name, world_size, collective, args.dtype))
         previous = None  # (nominal bytes, p50 seconds) of the last row: the next row's estimate
         seen_sizes = set()
-        for nbytes in args.sizes:
+        for position, nbytes in enumerate(args.sizes):
             estimate = 0.0 if previous is None else previous[1] * max(1.0, nbytes / previous[0])
             if estimate * (args.min_iters + 2) > args.max_seconds_per_size:
                 reason = (f"sizes >= {metrics.format_bytes(nbytes)} skipped: about {estimate:.1f} s per "
@@ -231,10 +258,12 @@ class Bench:
                 self.skipped.append({"backend": name, "world_size": world_size, "collective": collective,
                                      "from_size": nbytes, "reason": reason})
                 say(f"# {reason}")
+                self.progress.skip(len(args.sizes) - position)
                 break
             expected = args.target_seconds + (args.min_iters + args.warmup + 2) * estimate
             deadline = args.deadline + 3 * expected
             call_started = time.monotonic()
+            self.progress.start(f"{name} ws{world_size} {collective} {metrics.format_bytes(nbytes)}")
             try:
                 results = world.run(bench_row, collective, nbytes, args.dtype, warmup=args.warmup,
                                     max_iters=args.iters, min_iters=args.min_iters,
@@ -244,7 +273,9 @@ class Bench:
                 # JSON), RankDied: this collective is over for this backend; the
                 # world is reset or replaced before the next one.
                 self._error(name, world_size, collective, nbytes, exc)
+                self.progress.skip(len(args.sizes) - position)
                 return
+            self.progress.step()
             record = make_record(name, world_size, collective, args.dtype, results)
             record["wall_s"] = time.monotonic() - call_started
             previous = (nbytes, record["p50_us"] / 1e6)
@@ -397,6 +428,9 @@ def main(argv=None) -> int:
     }
     with open(path, "w") as fh:
         json.dump(report, fh, indent=1)
+    from reports.benchmarks import write_collectives_outputs  # CSV and plots beside the JSON
+
+    say(f"# also written: {', '.join(os.path.basename(p) for p in write_collectives_outputs(report, args.report_dir))}")
     say(f"# {len(bench.records)} rows, {wrong_total} wrong elements, {len(bench.errors)} errors, "
         f"{len(bench.unavailable)} unavailable; {time.monotonic() - started:.1f} s; report: {path}")
     return status

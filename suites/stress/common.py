@@ -20,6 +20,9 @@ def csv_list(text: str) -> list[str]:
 
 
 def say(text: str = "") -> None:
+    from suites.stress.progress import clear_line
+
+    clear_line()  # a terminal's progress line (progress.py) never mixes into the output
     print(text, flush=True)
 
 

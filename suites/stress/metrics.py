@@ -10,9 +10,12 @@ nccl-tests (doc/PERFORMANCE.md and src/*.cu) reports, per operation size:
 * ``algbw = size / time`` in GB/s (1 GB = 1e9 bytes).
 * ``busbw = algbw x factor``, the factor making the figure comparable to the
   hardware's peak whatever the rank count: all_reduce 2(n-1)/n; all_gather,
-  reduce_scatter, all_to_all (n-1)/n; broadcast and reduce 1.
+  reduce_scatter, all_to_all, gather, scatter (n-1)/n; broadcast and reduce 1.
 
-This module is pure arithmetic (no torch), so it is unit-tested directly.
+Which collectives exist, their buffers and bus factors come from the one
+table, suites/collectives.py, under their benchmark names (nccl-tests' for the
+one-tensor forms: all_gather is all_gather_into_tensor; ``*_list`` for torch's
+list forms). This module is pure arithmetic (no torch), so it is unit-tested directly.
 """
 
 from __future__ import annotations
@@ -21,24 +24,25 @@ import math
 import re
 from dataclasses import dataclass
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "reduce")
+from suites import collectives as table
+
+# nccl-tests' default set; every other collective of the table on request (--collectives)
 DEFAULT_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
-# collectives whose buffer is split into one chunk per rank
-PARTITIONED = ("all_gather", "reduce_scatter", "all_to_all")
-REDUCING = ("all_reduce", "reduce_scatter", "reduce")
-ROOTED = ("broadcast", "reduce")
+
+
+def collective_names() -> list[str]:
+    """Every collective of the table, by its benchmark name."""
+    return table.bench_names()
+
+
+def entry(collective: str) -> table.Collective:
+    """The table's record for a benchmark name (ValueError naming the known ones)."""
+    return table.by_bench_name(collective)
 
 
 def bus_factor(collective: str, world_size: int) -> float:
-    """busbw / algbw, exactly as nccl-tests: 2(n-1)/n, (n-1)/n or 1."""
-    n = world_size
-    if collective == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if collective in PARTITIONED:
-        return (n - 1) / n
-    if collective in ROOTED:
-        return 1.0
-    raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    """busbw / algbw, exactly as nccl-tests: 2(n-1)/n, (n-1)/n or 1 (the table's ``bus_factor``)."""
+    return entry(collective).bus_factor(world_size)
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ class Layout:
     @property
     def count(self) -> int:
         """The ``count`` column: elements of ``size``."""
-        if self.collective in PARTITIONED:
+        if entry(self.collective).partitioned:
             return self.world_size * self.chunk
         return self.chunk
 
@@ -72,20 +76,13 @@ def layout(collective: str, nbytes: int, world_size: int, elem_size: int) -> Lay
     down to a multiple of the world size (at least one element each), so the
     reported ``size`` can be a little off the nominal one (e.g. 64 MiB / 3 ranks).
     """
-    if collective not in COLLECTIVES:
-        raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    record = entry(collective)
     n = world_size
     count = max(1, nbytes // elem_size)
-    if collective == "all_gather":
-        chunk = max(1, count // n)
-        return Layout(collective, n, elem_size, chunk, chunk, n * chunk)
-    if collective == "reduce_scatter":
-        chunk = max(1, count // n)
-        return Layout(collective, n, elem_size, chunk, n * chunk, chunk)
-    if collective == "all_to_all":
-        chunk = max(1, count // n)
-        return Layout(collective, n, elem_size, chunk, n * chunk, n * chunk)
-    return Layout(collective, n, elem_size, count, count, count)
+    chunk = max(1, count // n) if record.partitioned else count
+    in_numel = chunk * record.inputs.count(n)
+    out_numel = in_numel if record.in_place else chunk * record.outputs.count(n)
+    return Layout(collective, n, elem_size, chunk, in_numel, out_numel)
 
 
 def algbw(size_bytes: int, seconds: float) -> float:

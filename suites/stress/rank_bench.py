@@ -19,10 +19,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from backends.reference import semantics
 from fixtures.rank import ctx
-from suites import compat
-from suites.stress.metrics import layout
+from suites.collectives import Args
+from suites.stress.metrics import entry, layout
 
 # Largest integer up to which every integer is exactly representable.
 _EXACT_UP_TO = {
@@ -60,35 +59,30 @@ def rank_input(rank: int, numel: int, dtype: torch.dtype, modulus: int, device="
 
 def expected_output(collective: str, rank: int, world_size: int, lay, dtype: torch.dtype,
                     modulus: int) -> torch.Tensor | None:
-    """What ``rank`` must hold after the collective, from the oracle; None: nothing to check.
+    """What ``rank`` must hold after the collective, from the table's oracle; None: nothing to check.
 
     Every input, and every chunk of one, is periodic with period M, and the
     collectives act elementwise within chunks, so the oracle
-    (backends/reference/semantics.py) is applied to one period of each chunk
-    and its answer tiled to full length: exact, and cheap at 64 MiB.
+    (backends/reference/semantics.py, through suites/collectives.py) is
+    applied to one period of each chunk and its answer tiled to full length:
+    exact, and cheap at 64 MiB.
     """
-    n, chunk = world_size, lay.chunk
-    if collective in ("all_reduce", "broadcast", "reduce"):
-        periods = [_period(r, 0, lay.in_numel, dtype, modulus) for r in range(n)]
-        if collective == "all_reduce":
-            one = semantics.all_reduce(periods, "sum")[rank]
-        elif collective == "broadcast":
-            one = semantics.broadcast(periods, ROOT)[rank]
-        else:
-            if rank != ROOT:
-                return None
-            one = semantics.reduce(periods, "sum", ROOT)
-        return _tile(one, lay.out_numel)
-    if collective == "all_gather":
-        periods = [_period(r, 0, chunk, dtype, modulus) for r in range(n)]
-        return torch.cat([_tile(block, chunk) for block in semantics.all_gather(periods)[rank]])
-    # chunk k of rank r's input starts at element k * chunk
-    lists = [[_period(r, k * chunk, chunk, dtype, modulus) for k in range(n)] for r in range(n)]
-    if collective == "reduce_scatter":
-        return _tile(semantics.reduce_scatter(lists, "sum")[rank], chunk)
-    if collective == "all_to_all":
-        return torch.cat([_tile(block, chunk) for block in semantics.all_to_all(lists)[rank]])
-    raise ValueError(f"unknown collective {collective!r}")
+    record, n = entry(collective), world_size
+    chunks = record.inputs.count(n)
+    size = lay.in_numel // chunks  # chunk k of rank r's input starts at element k * size
+    inputs = [[_period(r, k * size, size, dtype, modulus) for k in range(chunks)]
+              if record.inputs.passed_by(r == ROOT) else [] for r in range(n)]
+    out = record.oracle(inputs, "sum" if record.reduces else None, ROOT if record.rooted else None)[rank]
+    if not out or any(chunk is None for chunk in out):
+        return None  # no output on this rank (gather's non-roots) or an unspecified one (reduce's)
+    return torch.cat([_tile(chunk, lay.out_numel // len(out)) for chunk in out])
+
+
+def _sides(flat: torch.Tensor, slots, n: int) -> list:
+    """What this rank passes for ``slots``: views of its flat buffer (chunks of it for a list)."""
+    if slots is None or not slots.passed_by(ctx.rank == ROOT):
+        return []
+    return list(flat.chunk(slots.count(n))) if slots.packing == "list" else [flat]
 
 
 class _Buffers:
@@ -96,9 +90,15 @@ class _Buffers:
 
     def __init__(self, collective: str, lay, dtype, modulus: int, device):
         self.collective, self.lay, self.dtype, self.modulus, self.device = collective, lay, dtype, modulus, device
+        self.record = record = entry(collective)
         self.input = rank_input(ctx.rank, lay.in_numel, dtype, modulus, device)
-        self.in_place = collective in ("all_reduce", "broadcast", "reduce")
+        self.in_place = record.in_place
         self.output = self.input if self.in_place else torch.empty(lay.out_numel, dtype=dtype, device=device)
+        n = ctx.world_size
+        # views into input/output: refill() rewrites them in place, every iteration reuses them
+        self.args = Args(_sides(self.input, record.inputs, n), _sides(self.output, record.outputs, n),
+                         op=dist.ReduceOp.SUM if record.reduces else None, root=ROOT if record.rooted else None,
+                         async_op=True)
 
     def refill(self) -> None:
         """Fresh inputs and a sentinel output (every expected value is >= 1) before the checked run."""
@@ -107,20 +107,7 @@ class _Buffers:
             self.output.zero_()
 
     def start(self):
-        c = self.collective
-        if c == "all_reduce":
-            return dist.all_reduce(self.input, op=dist.ReduceOp.SUM, async_op=True)
-        if c == "broadcast":
-            return dist.broadcast(self.input, src=ROOT, async_op=True)
-        if c == "reduce":
-            return dist.reduce(self.input, dst=ROOT, op=dist.ReduceOp.SUM, async_op=True)
-        if c == "all_gather":
-            return compat.all_gather_single(self.output, self.input, async_op=True)
-        if c == "reduce_scatter":
-            return compat.reduce_scatter_single(self.output, self.input, op=dist.ReduceOp.SUM, async_op=True)
-        if c == "all_to_all":
-            return dist.all_to_all_single(self.output, self.input, async_op=True)
-        raise ValueError(f"unknown collective {c!r}")
+        return self.record.issue(self.args)
 
 
 def _synchronizer(device: torch.device):

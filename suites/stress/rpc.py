@@ -11,6 +11,14 @@ a function returning 0, ``heavy`` is --heavy-calls (20) RPCs that scale a
   figure is the burst's time;
 * ``sync``: a loop of rpc_sync, every call timed, for p50/p99 latency.
 
+``train`` is distributed training over the agent's whole RPC training stack
+(suites/stress/rpc_train.py): rank 0 a parameter server, every other rank a
+trainer running --train-steps steps of forward over RPC, distributed
+backward and a DistributedOptimizer step (mode ``step``; at world size 4: a
+server and 3 trainers). Its record's ``calls`` are steps and ``rpcs_per_s``
+(also ``steps_per_s``) is steps per second per trainer (slowest trainer);
+``p50_us``/``p99_us`` are step times (worst trainer).
+
 After --warmup synchronous calls the ranks meet at a barrier and start
 together (suites/stress/rpc_bench.py). A record's ``seconds`` is the slowest
 rank's timed part, ``rpcs_per_s`` = calls / seconds (RPCs per second per rank,
@@ -61,9 +69,13 @@ from backends import rpc_agents
 from suites.stress import metrics
 from suites.stress.common import (WorldSlot, backend_registry, csv_list, device_plan, host_info,
                                   run_until_interrupted, say)
+from suites.stress.progress import Progress
 
-BENCHMARKS = ("light", "heavy")
+BENCHMARKS = ("light", "heavy", "train")
 MODES = ("async", "sync")
+TRAIN_MODE = "step"  # the train benchmark's one mode: a loop of timed training steps
+PROFILABLE = ("light", "heavy")
+IMPORT_DEADLINE_S = 180.0  # importing a training stack (torch.distributed.optim) is slow on a loaded machine
 PROFILED_BENCHMARKS = ("light",)  # issue 5: the light benchmark under the legacy profiler (the default)
 DEFAULT_AGENTS = ("tensorpipe", "reference-pg", "reference-tp")
 BASE_AGENT = "tensorpipe"  # what the others are compared with
@@ -96,6 +108,7 @@ TARGETS = (
     Target("reference-tp", None, "light", "sync", "p50_us", "<=", 60.0, False),
     Target("reference-pg", "gloo", "light", "async", "rpcs_per_s", ">=", 0.5, True),
     Target("reference-pg", "gloo", "light", "sync", "rpcs_per_s", ">=", 0.5, True),
+    Target("reference-tp", None, "train", TRAIN_MODE, "rpcs_per_s", ">=", 1.0, True),  # steps/s per trainer
 )
 
 
@@ -113,10 +126,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--backend", default="gloo",
                         help="comma-separated c10d backends of the worlds (reference-pg sends over it) (default: gloo)")
     parser.add_argument("--world-size", default="4", help="comma-separated world sizes (default: 4, torch's test)")
-    parser.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="light, heavy (default: both)")
-    parser.add_argument("--modes", default=",".join(MODES), help="async (burst + wait_all), sync (loop) (default: both)")
+    parser.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="light, heavy, train (default: all)")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="async (burst + wait_all), sync (loop) for light and heavy (default: both); "
+                             "train always runs its one mode, step")
     parser.add_argument("--calls", type=int, default=1000, help="RPCs per rank of the light benchmark (default: 1000)")
     parser.add_argument("--heavy-calls", type=int, default=20, help="RPCs per rank of the heavy benchmark (default: 20)")
+    parser.add_argument("--train-steps", type=int, default=200,
+                        help="timed steps per trainer of the train benchmark (default: 200)")
     parser.add_argument("--warmup", type=int, default=50, help="untimed sync RPCs per rank before each run (default: 50)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every measurement N times and keep the fastest (less noise) (default: 1)")
@@ -169,9 +186,9 @@ def _check_args(args) -> None:
         raise UsageError("--world-size: need world sizes >= 2 (every rank calls the next one)")
     args.benchmark_list = _subset("--benchmarks", args.benchmarks, BENCHMARKS)
     args.mode_list = _subset("--modes", args.modes, MODES)
-    args.profiled_list = _subset("--profile-benchmarks", args.profile_benchmarks, BENCHMARKS)
-    if min(args.calls, args.heavy_calls, args.repeat) < 1 or args.warmup < 0:
-        raise UsageError("--calls, --heavy-calls and --repeat must be >= 1, --warmup >= 0")
+    args.profiled_list = _subset("--profile-benchmarks", args.profile_benchmarks, PROFILABLE)
+    if min(args.calls, args.heavy_calls, args.train_steps, args.repeat) < 1 or args.warmup < 0:
+        raise UsageError("--calls, --heavy-calls, --train-steps and --repeat must be >= 1, --warmup >= 0")
     if args.num_worker_threads < 1 or args.deadline <= 0 or args.rpc_timeout <= 0:
         raise UsageError("--num-worker-threads must be >= 1, --deadline and --rpc-timeout > 0 (seconds)")
     if args.max_regression < 0:
@@ -209,6 +226,9 @@ def plan(args) -> list[tuple[str, str, bool]]:
     """(benchmark, mode, profiled) in run order; a profiled run right after its unprofiled twin."""
     steps = []
     for benchmark in args.benchmark_list:
+        if benchmark == "train":
+            steps.append((benchmark, TRAIN_MODE, False))
+            continue
         for mode in args.mode_list:
             steps.append((benchmark, mode, False))
             if args.profile and benchmark in args.profiled_list:
@@ -222,7 +242,13 @@ def record_key(r: dict) -> tuple:
 
 
 def make_record(key: dict, calls: int, results: list[dict]) -> dict:
-    """One row from every rank's rpc_bench.measure result."""
+    """One row from every rank's rpc_bench.measure (or rpc_train.measure) result.
+
+    Timing comes from the ranks that were timed: every rank, or for ``train``
+    the trainers (the parameter server only serves); wrong answers from all.
+    """
+    wrong = sum(r["wrong"] for r in results)
+    results = [r for r in results if r.get("timed", True)]
     seconds = max(r["seconds"] for r in results)
     sync = results[0]["samples_ns"] is not None
     per_rank_p50 = [metrics.percentile(r["samples_ns"], 50) / 1e3 for r in results] if sync else None
@@ -237,8 +263,10 @@ def make_record(key: dict, calls: int, results: list[dict]) -> dict:
         "per_rank_rpcs_per_s": [calls / r["seconds"] if r["seconds"] > 0 else None for r in results],
         "per_rank_seconds": [r["seconds"] for r in results],
         "per_rank_p50_us": per_rank_p50, "per_rank_p99_us": per_rank_p99,
-        "wrong": sum(r["wrong"] for r in results),
+        "wrong": wrong,
     })
+    if key["benchmark"] == "train":
+        record["steps_per_s"] = record["rpcs_per_s"]
     if key["profiled"]:
         profiles = [r["profile"] for r in results]
         record["profile"] = {"events": sum(p["events"] for p in profiles),
@@ -276,6 +304,7 @@ class RpcBench:
         self._init_dir = tempfile.mkdtemp(prefix="distconform-rpc-stress-")
         self._starts = 0
         self._started = weakref.WeakKeyDictionary()  # World -> agents started in its processes
+        self.progress = Progress(0, enabled=False)  # run() makes the real one (a terminal only)
 
     # -------------------------------------------------------------- errors
     def _error(self, key: dict, stage: str, exc: BaseException, skipped=()) -> None:
@@ -312,6 +341,13 @@ class RpcBench:
 
     def run(self, registry) -> None:
         agents = self.usable_agents()
+        args = self.args
+        self.progress = Progress(len(agents) * len(args.backends) * len(args.world_sizes) * len(plan(args)))
+        with self.progress:
+            self._sweep(registry, agents)
+
+    def _sweep(self, registry, agents) -> None:
+        steps_per_world = len(agents) * len(plan(self.args))
         try:
             for backend in self.args.backends:
                 spec = registry.get(backend)
@@ -320,6 +356,7 @@ class RpcBench:
                     self.unavailable.append({"agent": None, "backend": backend, "world_size": None,
                                              "reason": availability.reason})
                     say(f"# backend {backend}: unavailable, skipped: {availability.reason}")
+                    self.progress.skip(steps_per_world * len(self.args.world_sizes))
                     continue
                 for world_size in self.args.world_sizes:
                     devices = device_plan(spec, world_size)
@@ -327,6 +364,7 @@ class RpcBench:
                         self.unavailable.append({"agent": None, "backend": backend, "world_size": world_size,
                                                  "reason": devices})
                         say(f"# backend {backend} world_size={world_size}: unavailable, skipped: {devices}")
+                        self.progress.skip(steps_per_world)
                         continue
                     slot = WorldSlot(spec, world_size, devices, plugins=self.args.backend_plugin,
                                      deadline=self.args.deadline)
@@ -374,7 +412,7 @@ class RpcBench:
             world.kill()
 
     def _run_agent(self, slot: WorldSlot, agent: str, backend: str, world_size: int) -> None:
-        from suites.stress import rpc_bench
+        from suites.stress import rpc_bench, rpc_train
 
         args = self.args
         steps = plan(args)
@@ -382,17 +420,24 @@ class RpcBench:
         running = False
         for index, (benchmark, mode, profiled) in enumerate(steps):
             key = dict(base, benchmark=benchmark, mode=mode, profiled=profiled)
+            self.progress.start(f"{agent} {backend} ws{world_size} {benchmark} {mode}{' profiled' if profiled else ''}")
             if not running:
                 if not self._start(slot, key, steps[index:]):
+                    self.progress.skip(len(steps) - index)
                     return  # an agent that cannot start is one error, not one per measurement
                 running = True
-            calls = args.calls if benchmark == "light" else args.heavy_calls
+            calls = calls_of(args, benchmark)
             udf = args.planted.get(agent) if benchmark == "light" else None
             started = time.monotonic()
             try:
-                runs = [slot.world.run(rpc_bench.measure, agent, benchmark, mode, calls=calls, warmup=args.warmup,
-                                       profiled=profiled, udf=udf, deadline=args.deadline)
-                        for _ in range(args.repeat)]
+                if benchmark == "train":
+                    slot.world.run(rpc_train.prepare, agent, deadline=max(args.deadline, IMPORT_DEADLINE_S))
+                    runs = [slot.world.run(rpc_train.measure, agent, steps=calls, warmup=args.warmup,
+                                           deadline=args.deadline) for _ in range(args.repeat)]
+                else:
+                    runs = [slot.world.run(rpc_bench.measure, agent, benchmark, mode, calls=calls,
+                                           warmup=args.warmup, profiled=profiled, udf=udf, deadline=args.deadline)
+                            for _ in range(args.repeat)]
             except Exception as exc:
                 # RankError (an RPC failed), DeadlineExceeded (a hang: stacks in the JSON),
                 # RankDied: this measurement is an error row; the agent is stopped (or the
@@ -400,7 +445,9 @@ class RpcBench:
                 self._error(key, "measure", exc)
                 self._abandon(slot, agent)
                 running = False
+                self.progress.step()
                 continue
+            self.progress.step()
             record = best_of(key, calls, runs)
             record["wall_s"] = time.monotonic() - started
             self.records.append(record)
@@ -413,10 +460,18 @@ class RpcBench:
                 self._abandon(slot, agent)
 
 
+def calls_of(args, benchmark: str) -> int:
+    return {"light": args.calls, "heavy": args.heavy_calls, "train": args.train_steps}[benchmark]
+
+
 def progress_line(r: dict) -> str:
     what = f"{r['agent']} {r['backend']} ws{r['world_size']} {r['benchmark']} {r['mode']}"
     what += " profiled" if r["profiled"] else ""
-    text = f"# {what}: {r['calls']} calls in {r['seconds']:.3f} s, {_fmt(r['rpcs_per_s'], 0)} RPC/s per rank"
+    if r["benchmark"] == "train":
+        text = (f"# {what}: {r['calls']} steps per trainer in {r['seconds']:.3f} s, "
+                f"{_fmt(r['rpcs_per_s'], 1)} steps/s per trainer")
+    else:
+        text = f"# {what}: {r['calls']} calls in {r['seconds']:.3f} s, {_fmt(r['rpcs_per_s'], 0)} RPC/s per rank"
     if r["p50_us"] is not None:
         text += f", p50 {r['p50_us']:.1f} us, p99 {r['p99_us']:.1f} us"
     if r["wrong"]:
@@ -516,19 +571,29 @@ def _header(columns) -> str:
 
 
 def _sections(args):
-    return [(b, m) for b in args.benchmark_list for m in args.mode_list]
+    return [(b, TRAIN_MODE) if b == "train" else (b, m) for b in args.benchmark_list
+            for m in ([TRAIN_MODE] if b == "train" else args.mode_list)]
+
+
+def _section_title(args, benchmark: str, mode: str) -> str:
+    if benchmark == "train":
+        return (f"# distributed training ({args.train_steps} steps per trainer: forward over RPC, dist backward, "
+                "DistributedOptimizer step; rank 0 the parameter server): rpcs_per_s = steps/s per trainer, "
+                "p50/p99 = step time")
+    calls = calls_of(args, benchmark)
+    return (f"# {benchmark} RPC, {mode} ({'burst of rpc_async + wait_all' if mode == 'async' else 'loop of rpc_sync'}), "
+            f"{calls} calls per rank to rank+1")
 
 
 def print_tables(records: list[dict], errors: list[dict], args) -> None:
     for benchmark, mode in _sections(args):
-        calls = args.calls if benchmark == "light" else args.heavy_calls
         say()
-        say(f"# {benchmark} RPC, {mode} ({'burst of rpc_async + wait_all' if mode == 'async' else 'loop of rpc_sync'}), "
-            f"{calls} calls per rank to rank+1")
+        say(_section_title(args, benchmark, mode))
         say(_header(TABLE))
         for r in records:
             if r["benchmark"] == benchmark and r["mode"] == mode and not r["profiled"]:
-                say(_line((r["agent"], r["backend"], r["world_size"], _fmt(r["rpcs_per_s"], 0), _fmt(r["p50_us"]),
+                rate = _fmt(r["rpcs_per_s"], 1 if benchmark == "train" else 0)
+                say(_line((r["agent"], r["backend"], r["world_size"], rate, _fmt(r["p50_us"]),
                            _fmt(r["p99_us"]), f"{r['seconds']:.3f}", _fmt(r["x_tensorpipe"], 2), r["wrong"]), TABLE))
         for e in errors:
             if (e.get("benchmark"), e.get("mode"), e.get("profiled")) == (benchmark, mode, False):
@@ -599,7 +664,8 @@ def print_regressions(regressions: list[dict], missing: list[dict], args) -> Non
 def _config(args) -> dict:
     return {"agents": args.agents, "backends": args.backends, "world_sizes": args.world_sizes,
             "benchmarks": args.benchmark_list, "modes": args.mode_list, "calls": args.calls,
-            "heavy_calls": args.heavy_calls, "warmup": args.warmup, "repeat": args.repeat, "profile": args.profile,
+            "heavy_calls": args.heavy_calls, "train_steps": args.train_steps, "warmup": args.warmup,
+            "repeat": args.repeat, "profile": args.profile,
             "profile_benchmarks": args.profiled_list if args.profile else [],
             "deadline": args.deadline, "rpc_timeout": args.rpc_timeout,
             "num_worker_threads": args.num_worker_threads, "backend_plugins": args.backend_plugin,
@@ -622,10 +688,11 @@ def write_baseline(path: str, args, records: list[dict], host: dict) -> None:
 def print_preamble(args, host: dict) -> None:
     say(f"# distconform RPC stress benchmark: agents {','.join(args.agents)}, backends {','.join(args.backends)}, "
         f"world sizes {','.join(map(str, args.world_sizes))}; light {args.calls} calls, heavy {args.heavy_calls} "
-        f"calls per rank, {args.warmup} warm-ups, best of {args.repeat}{', with --profile' if args.profile else ''}")
+        f"calls per rank, train {args.train_steps} steps per trainer, {args.warmup} warm-ups, "
+        f"best of {args.repeat}{', with --profile' if args.profile else ''}")
     say(f"# host: {host.get('cpus')} cpus, load average {host.get('load_average')} (figures are noisy under load)")
     say("# rpcs_per_s: calls / seconds of the slowest rank; p50_us/p99_us: per-call latency of the sync loop, "
-        "max over ranks")
+        "max over ranks (train: steps/s per trainer and step times)")
 
 
 # ------------------------------------------------------------------ main
@@ -678,6 +745,9 @@ def main(argv=None) -> int:
     }
     with open(path, "w") as fh:
         json.dump(report, fh, indent=1)
+    from reports.benchmarks import write_rpc_outputs  # CSV and plots beside the JSON
+
+    say(f"# also written: {', '.join(os.path.basename(p) for p in write_rpc_outputs(report, args.report_dir))}")
     if args.write_baseline:
         write_baseline(args.write_baseline, args, records, host)
     say(f"# {len(records)} records, {len(bench.errors)} errors, {wrong_total} wrong answers, "

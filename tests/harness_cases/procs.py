@@ -27,6 +27,10 @@ def _cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in _read(f"/proc/{pid}/cmdline").split(b"\0") if part]
 
 
+def command_line(pid: int) -> str:
+    return " ".join(_cmdline(pid))
+
+
 def _stat(pid: int) -> tuple[str, int] | None:
     """(state, ppid) of a process, or None if it is gone."""
     raw = _read(f"/proc/{pid}/stat").decode(errors="replace")

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 import backends.reference.rpc as rpc
-from backends.reference.rpc import tp_transport
+from backends.reference.rpc import tp_codec
 from fixtures.rank import ctx
 
 
@@ -241,15 +241,15 @@ def stranger_refused() -> dict:
                 if hello is None:
                     sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
                 else:
-                    sock.sendall(tp_transport._hello_bytes(tp_transport.HELLO, hello))
-                kind, body = tp_transport._read_control(sock)
+                    sock.sendall(tp_codec.hello_bytes(tp_codec.HELLO, hello))
+                kind, body = tp_codec.read_control(sock)
                 replies.append((kind, body.get("reason")))
         # a real peer's rank claimed with the right token: refused too (it is connected)
         token = agent.store.get("tp/token").decode()
         with socket.create_connection((host, int(port)), timeout=5) as sock:
             claimed = ctx.world_size - 1  # connected already, or not a rank that dials the target
-            sock.sendall(tp_transport._hello_bytes(tp_transport.HELLO, {"token": token, "rank": claimed}))
-            kind, body = tp_transport._read_control(sock)
+            sock.sendall(tp_codec.hello_bytes(tp_codec.HELLO, {"token": token, "rank": claimed}))
+            kind, body = tp_codec.read_control(sock)
             replies.append((kind, body.get("reason")))
         still = rpc.rpc_sync(target, add, args=(torch.ones(2), 1))
         time.sleep(0.1)

@@ -15,7 +15,8 @@ import time
 import torch
 
 from backends.reference.rpc.faulty import FaultyTransport
-from backends.reference.rpc.pg_transport import DTYPE_CODES, PgTransport
+from backends.reference.rpc.pg_codec import DTYPE_CODES
+from backends.reference.rpc.pg_transport import PgTransport
 from backends.reference.rpc.transport import Frame, Kind, TransportError
 from backends.rpc_agents import Faults
 from fixtures.rank import ctx

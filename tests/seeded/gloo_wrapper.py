@@ -278,6 +278,13 @@ class GlooWrapper(dist.ProcessGroup):
     def _end_coalescing(self, device):
         return self.inner._end_coalescing()
 
+    # c10d's sequence number lives in the backend; a Python group has none to ask
+    def _get_sequence_number_for_group(self):
+        return self.inner._get_sequence_number_for_group()
+
+    def _set_sequence_number_for_group(self):
+        return self.inner._set_sequence_number_for_group()
+
     # -------------------------------------------------------- life cycle
     def set_timeout(self, timeout):
         self.timeout = timeout
@@ -317,7 +324,8 @@ def register(name: str, cls: type, description: str = ""):
     return dataclasses.replace(
         gloo,
         name=name,
-        gaps=gloo.gaps + WRAPPER_GAPS,
+        gaps=WRAPPER_GAPS,
+        inherits="gloo",  # the registry adds gloo's own gaps after these (backends/spec.py)
         description=description or f"gloo wrapped by {cls.__name__}" + (f": {summary[0]}" if summary else ""),
     )
 

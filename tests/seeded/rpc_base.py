@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
+from typing import Any
 
 from backends.reference.rpc import agent as agent_module
 from tests.seeded.gloo_wrapper import GlooWrapper, register
@@ -23,17 +25,28 @@ class RpcBugHost(GlooWrapper):
     """gloo, delegated unchanged: the bug lives in the RPC agent."""
 
 
-def plant(name: str, method: str, make_replacement) -> object:
-    """Replace ``Agent.<method>`` by ``make_replacement(original)`` (once per process); return the backend spec."""
-    original = getattr(Agent, method, None)
+def plant_in(name: str, owner: Any, attribute: str, make_replacement: Callable, host: type) -> object:
+    """Replace ``owner.<attribute>`` by ``make_replacement(original)`` (once per process); return the spec of ``host``.
+
+    ``owner`` is a class or a module of the reference RPC stack and the
+    attribute must be its own (not inherited), so the bug lands where the
+    core defines it. The agent, autograd and training bases all plant this way.
+    """
+    original = vars(owner).get(attribute)
     if original is None:  # the core was refactored: say what to update instead of failing obscurely
-        raise ImportError(f"{name}: backends.reference.rpc.agent.Agent has no method {method!r} any more; "
+        where = owner.__name__ if inspect.ismodule(owner) else f"{owner.__module__}.{owner.__qualname__}"
+        raise ImportError(f"{name}: {where} has no attribute {attribute!r} any more; "
                           f"plant the bug in its successor (tests/seeded/{name}.py)")
     if not getattr(original, "__seeded_bug__", False):
         replacement = functools.wraps(original)(make_replacement(original))
         replacement.__seeded_bug__ = True
-        setattr(Agent, method, replacement)
-    return register(name, RpcBugHost)
+        setattr(owner, attribute, replacement)
+    return register(name, host)
+
+
+def plant(name: str, method: str, make_replacement: Callable) -> object:
+    """Replace ``Agent.<method>`` by ``make_replacement(original)`` (once per process); return the backend spec."""
+    return plant_in(name, Agent, method, make_replacement, RpcBugHost)
 
 
 def bind(original, self, args, kwargs) -> inspect.BoundArguments:

@@ -11,10 +11,14 @@ Two agents share the core (agent.py): ``reference-tp`` (direct sockets,
 tp_transport.py) and ``reference-pg`` (frames over the c10d process group,
 pg_transport.py). backends/rpc_agents.py lists them as data.
 
+``autograd/`` is torch.distributed.autograd for both (FAST mode: contexts,
+send/recv functions recorded by every RPC made inside a context, the
+distributed backward, ``get_gradients``, clean-up, ``RRef.backward``);
+``import backends.reference.rpc.autograd as dist_autograd``.
+
 Where they differ from torch.distributed.rpc, knowingly:
 
-* no distributed autograd (``RRef.backward`` says so) and no dynamic groups
-  (``world_size`` is required);
+* no dynamic groups (``world_size`` is required);
 * an RPC future fails through ``Future.set_exception`` (the original
   exception type and torch's text), which a Python agent can only store as a
   value: ``torch.futures.wait_all`` then raises the first failed future in

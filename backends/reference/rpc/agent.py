@@ -38,6 +38,7 @@ import torch
 from torch._C._distributed_rpc import WorkerInfo
 
 from . import profiling, serialize
+from .autograd import service as autograd
 from .rref import RRef
 from .transport import Frame, Kind
 
@@ -51,8 +52,12 @@ K_PYTHON_RET, K_REMOTE_RET, K_FETCH_RET = int(Kind.PYTHON_RET), int(Kind.REMOTE_
 K_EXCEPTION = int(Kind.EXCEPTION)
 CALLS = frozenset((K_SCRIPT_CALL, K_PYTHON_CALL))
 REMOTES = frozenset((K_SCRIPT_REMOTE, K_PYTHON_REMOTE))
+# distributed autograd (autograd/service.py): an RPC wrapped with its context, and the autograd requests
+K_FORWARD_REQ, K_FORWARD_RESP = autograd.K_FORWARD_REQ, autograd.K_FORWARD_RESP
+REQUESTS = CALLS | REMOTES | {K_FETCH, K_FORWARD_REQ} | autograd.SERVED
 RESPONSES = frozenset(int(k) for k in (Kind.SCRIPT_RET, Kind.PYTHON_RET, Kind.REMOTE_RET, Kind.SCRIPT_RREF_FETCH_RET,
-                                       Kind.PYTHON_RREF_FETCH_RET, Kind.RREF_ACK, Kind.EXCEPTION))
+                                       Kind.PYTHON_RREF_FETCH_RET, Kind.RREF_ACK, Kind.EXCEPTION,
+                                       Kind.FORWARD_AUTOGRAD_RESP))
 
 WATCHDOG_TICK_S = 0.02
 ID_BITS = 40  # message ids below 2**40 share a deadline heap entry with their deadline
@@ -124,7 +129,7 @@ _RESOLVED: dict = {}  # a function's pickle -> the function, resolved once per p
 
 
 def resolve_key(key: bytes):
-    """The callable a cached-by-name target pickle names (see api._target_of)."""
+    """The callable a cached-by-name target pickle names (see calls.target_of)."""
     func = _RESOLVED.get(key)
     if func is None:
         try:
@@ -258,6 +263,10 @@ class OwnerTable:
             agent.send_control(rref._owner, K_FORK_REQUEST, (rref.rref_id, child))
         return (rref.rref_id, child, rref._owner, rref.confirmed_by_owner())
 
+    def new_user(self, owner: int) -> RRef:
+        """The caller's RRef to the value a remote() is about to create on ``owner`` (unconfirmed)."""
+        return RRef._make(self.agent, self.new_id(), self.new_id(), owner, confirmed=False)
+
     def from_fork(self, rref_id, fork_id, owner, confirmed) -> RRef:
         return RRef._make(self.agent, rref_id, fork_id, owner, confirmed or owner == self.agent.rank)
 
@@ -286,7 +295,10 @@ class OwnerTable:
             entry = self.owned.get(rref_id)
         if entry is None:
             raise RuntimeError(f"RRef {rref_id} has no value on its owner {self.agent.info}")
-        return entry.value.wait()
+        try:
+            return entry.value.wait()
+        except _Failure as exc:  # remote() failed: the owner raises the creation's error, as torch's OwnerRRef
+            raise raise_remote(*exc.failure) from None
 
 
 class Agent:
@@ -318,6 +330,9 @@ class Agent:
         for slot in range(options.num_worker_threads):
             self._slots.put(slot)
         self._inline = bool(getattr(transport, "runs_inline", False))
+        # (caller rank, msg id) -> autograd context id of a request that came inside a context:
+        # its function runs in that context and its response is recorded in it
+        self._autograd_requests: dict[tuple, int] = {}
         self._threads: list[threading.Thread] = []
 
     # ================================================================ life
@@ -441,7 +456,11 @@ class Agent:
         if call is not None:
             extra = profiling.request_fields(call)
         remote_ids = (rref.rref_id, rref.fork_id) if rref is not None else None
-        header, tensors = serialize.dumps((key, target, args, kwargs, async_exec, extra, remote_ids))
+        payload = (key, target, args, kwargs, async_exec, extra, remote_ids)
+        if autograd.current_context_id() == -1:
+            header, tensors = serialize.dumps(payload)
+        else:  # inside a distributed autograd context: maybe FORWARD_AUTOGRAD_REQ with a send function
+            kind, header, tensors = autograd.wrap_request(self, dst, kind, key, payload)
         future = SyncWaiter() if sync else torch.futures.Future()
         msg_id = next(self._ids)
         self._pending[msg_id] = Pending(future, call, dst, timeout, rref)
@@ -470,13 +489,17 @@ class Agent:
             raise rref._error
         if timeout < 0:
             timeout = self.default_timeout
-        header, tensors = serialize.dumps(rref.rref_id)
+        kind = K_FETCH
+        if autograd.current_context_id() == -1:
+            header, tensors = serialize.dumps(rref.rref_id)
+        else:  # a fetch always carries the context (torch's forceGradRecording)
+            kind, header, tensors = autograd.wrap_request(self, rref._owner, K_FETCH, None, rref.rref_id)
         future = torch.futures.Future()
         msg_id = next(self._ids)
         self._pending[msg_id] = Pending(future, None, rref._owner, timeout)
         if timeout > 0:
             self._arm(time.monotonic() + timeout, msg_id)
-        frame = Frame(K_FETCH, msg_id, header, tensors)
+        frame = Frame(kind, msg_id, header, tensors)
         creation = rref._creation
         if creation is None or creation.done():
             self._send(rref._owner, frame, msg_id)
@@ -495,6 +518,20 @@ class Agent:
         creation.add_done_callback(created)
         return future
 
+    def request(self, dst: int, kind: int, header: bytes, tensors: list, timeout: float = -1.0):
+        """A request whose header is already encoded (the autograd requests); a Future of its response value."""
+        if self.stopped:
+            raise RuntimeError("RPC has not been initialized. Call torch.distributed.rpc.init_rpc first.")
+        if timeout < 0:
+            timeout = self.default_timeout
+        future = torch.futures.Future()
+        msg_id = next(self._ids)
+        self._pending[msg_id] = Pending(future, None, dst, timeout)
+        if timeout > 0:
+            self._arm(time.monotonic() + timeout, msg_id)
+        self._send(dst, Frame(kind, msg_id, header, tensors), msg_id)
+        return future
+
     def send_control(self, dst: int, kind: int, payload) -> None:
         """A fire-and-forget RRef message (no response)."""
         header, tensors = serialize.dumps(payload)
@@ -505,7 +542,7 @@ class Agent:
         if dst == self.rank:  # self: skip the transport, still through the pool, tensors copied
             next(self._received)
             local = Frame(frame.kind, frame.msg_id, frame.header, serialize.self_copy(frame.tensors))
-            if local.kind in CALLS or local.kind in REMOTES or local.kind == K_FETCH:
+            if local.kind in REQUESTS:
                 self._accept_request(dst, local, inline=False)
             else:
                 self._control(dst, local)
@@ -564,7 +601,7 @@ class Agent:
             self._response(frame)
             return
         next(self._received)
-        if kind in CALLS or kind in REMOTES or kind == K_FETCH:
+        if kind in REQUESTS:
             self._accept_request(src, frame, self._inline)
         else:
             self._control(src, frame)
@@ -588,6 +625,14 @@ class Agent:
             next(self._finished)
 
     def _accept_request(self, src: int, frame: Frame, inline: bool) -> None:
+        if frame.kind == K_FORWARD_REQ:
+            # unwrapped in delivery order: the recv function exists before anything runs
+            try:
+                frame, context_id = autograd.unwrap_request(self, src, frame)
+            except Exception as exc:
+                self._refuse(src, frame, exc)
+                return
+            self._autograd_requests[(src, frame.msg_id)] = context_id
         if frame.kind in REMOTES:
             # decoded here, in delivery order: the caller's fork must be registered
             # before any later delete from that caller (rref.py)
@@ -634,8 +679,49 @@ class Agent:
         except BaseException as exc:
             return exc
 
+    def _refuse(self, src: int, frame: Frame, exc: BaseException) -> None:
+        """A malformed request: answer it with the reason (naming the sender), log it, keep serving."""
+        what = autograd.NAMES.get(frame.kind, f"kind {frame.kind}")
+        text = f"{self.info} refused a malformed {what} from {self._name_of(src)}: {exc}"
+        log.warning("%s", text)
+        try:
+            self._respond_error(src, frame.msg_id, (RuntimeError, text))
+        finally:
+            next(self._finished)
+
+    def _name_of(self, rank: int):
+        return self.workers[rank] if 0 <= rank < len(self.workers) else f"rank {rank}"
+
     # ============================================================ callee
     def _handle(self, src: int, frame: Frame, decoded) -> None:
+        if frame.kind in autograd.SERVED:
+            self._serve_autograd(src, frame)
+            return
+        context_id = self._autograd_requests.get((src, frame.msg_id)) if self._autograd_requests else None
+        if context_id is None:
+            self._handle_call(src, frame, decoded)
+            return
+        with autograd.forced_context(context_id):  # nested RPCs of this request carry its context
+            self._handle_call(src, frame, decoded)
+
+    def _serve_autograd(self, src: int, frame: Frame) -> None:
+        """A propagate-gradients, clean-up or RRef-backward request: answered when its work is done."""
+        msg_id = frame.msg_id
+        try:
+            fut = autograd.serve(self, src, frame)
+        except Exception as exc:
+            self._refuse(src, frame, exc)
+            return
+
+        def answer(done):
+            try:
+                self._respond(src, msg_id, K_PYTHON_RET, autograd.outcome_text(done), None)
+            finally:
+                next(self._finished)
+
+        fut.add_done_callback(answer)
+
+    def _handle_call(self, src: int, frame: Frame, decoded) -> None:
         kind, msg_id = frame.kind, frame.msg_id
         if kind == K_FETCH:
             self._serve_fetch(src, msg_id, frame)  # counts itself finished when it answers
@@ -751,8 +837,12 @@ class Agent:
         entry.value.add_done_callback(answer)
 
     def _respond(self, dst: int, msg_id: int, kind: int, value, events) -> None:
+        context_id = self._autograd_requests.pop((dst, msg_id), None) if self._autograd_requests else None
         try:
-            header, tensors = serialize.dumps((value, events))
+            if context_id is None:
+                header, tensors = serialize.dumps((value, events))
+            else:  # the request came inside a context: a response carrying grad gets a send function
+                kind, header, tensors = autograd.wrap_response(self, dst, context_id, kind, (value, events))
         except Exception as exc:
             self._respond_error(dst, msg_id, remote_exception(self.info, exc))
             return
@@ -761,6 +851,8 @@ class Agent:
     def _respond_error(self, dst: int, msg_id: int, failure, events=None) -> None:
         """An exception response; ``events``: a profiled Python function's events (see _UdfRaised)."""
         exc_type, text = failure
+        if self._autograd_requests:
+            self._autograd_requests.pop((dst, msg_id), None)
         try:
             header, tensors = serialize.dumps((exc_type, text, events))
         except Exception:  # a local exception class cannot travel by name
@@ -783,6 +875,8 @@ class Agent:
             return  # its call timed out (or was failed): a late answer is dropped
         events = None
         try:
+            if frame.kind == K_FORWARD_RESP:  # recorded in its context: the recv function first
+                frame = autograd.unwrap_response(self, entry.dst, frame)
             if frame.kind == K_EXCEPTION:
                 exc_type, text, events = serialize.loads(frame.header, frame.tensors)
                 outcome = raise_remote(exc_type, text)

@@ -7,7 +7,8 @@ receives from any source. Here the group is created collectively in
 traffic never shares tags with the default group and the backend under test
 (gloo, the project's ``reference``, a vendor's) carries every byte.
 
-One frame is, in this order, from one sender to one receiver:
+One frame is, in this order, from one sender to one receiver (pg_codec.py
+encodes, decodes and validates frames; this module moves them):
 
 1. ``META_TAG``: a uint8 tensor of ``META_BYTES`` (4 KiB): eight int64 fields
    ``[MAGIC, kind, msg_id, header_len, n_tensors, desc_len, inline, last]``
@@ -77,7 +78,6 @@ from __future__ import annotations
 import collections
 import logging
 import queue
-import struct
 import threading
 import time
 from datetime import timedelta
@@ -85,21 +85,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from .pg_codec import INLINE_CAPACITY, META_BYTES, STOP_KIND, ProtocolError, batch_meta, encode, encode_frame, \
+    meta_message, read_frames
 from .transport import Frame, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
-MAGIC = 0x52504346  # "RPCF": a receiver that reads anything else has lost the stream
-# Every frame starts with a meta message of this fixed size (a receive from any source
-# must know its size): 8 int64 fields, then room for a whole small frame.
-META_BYTES = 4096
-_FIELDS = struct.Struct("<8q")
-FIELDS_BYTES = _FIELDS.size
-INLINE_CAPACITY = META_BYTES - FIELDS_BYTES
-SPLIT, INLINE, BATCH = 0, 1, 2  # a meta's inline flag: body messages follow / one frame inline / records
 META_TAG = 7001
 BODY_TAG = 7002
-STOP_KIND = -1  # transport control frame: "no more frames from me to you"
 SHUTDOWN_JOIN_S = 10.0  # bound of a shutdown whose peers do not answer
 LAST_STOP_GRACE_S = 0.5  # the listener's last steps after the last STOP arrived
 START_TIMEOUT_S = 60.0
@@ -116,241 +109,6 @@ MAX_INFLIGHT_BYTES = 64 << 20
 # 7 days: well inside the int32 milliseconds some backends keep. An agent idle longer than
 # that loses its listener (the receive times out) and reports every peer lost.
 IDLE_TIMEOUT = timedelta(days=7)
-MAX_HEADER = 1 << 31
-MAX_TENSORS = 1 << 20
-MAX_NDIM = 64
-
-# Wire codes of dtypes. Append only (a code is an index here); names missing from this
-# torch build are skipped without shifting the others.
-_DTYPE_NAMES = (
-    "float32", "float64", "float16", "bfloat16", "complex32", "complex64", "complex128",
-    "uint8", "int8", "int16", "int32", "int64", "bool", "uint16", "uint32", "uint64",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
-)
-DTYPE_CODES: dict[torch.dtype, int] = {
-    getattr(torch, name): code for code, name in enumerate(_DTYPE_NAMES) if hasattr(torch, name)
-}
-CODE_DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
-
-
-class FrameError(TransportError):
-    """A frame received from a peer is malformed: that peer's stream cannot be trusted."""
-
-
-# --------------------------------------------------------------- encoding
-def _tensor_bytes(tensor: torch.Tensor, index: int) -> torch.Tensor:
-    """The tensor's elements as a flat contiguous uint8 tensor (a view when already contiguous)."""
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"frame tensor {index} is a {type(tensor).__name__}, not a torch.Tensor")
-    if tensor.device.type != "cpu":
-        raise ValueError(f"frame tensor {index} is on {tensor.device}; the reference-pg transport carries "
-                         "CPU tensors only (move it to the CPU first)")
-    if tensor.layout != torch.strided:
-        raise ValueError(f"frame tensor {index} has layout {tensor.layout}; only dense (strided) tensors travel")
-    if tensor.dtype not in DTYPE_CODES:
-        raise ValueError(f"frame tensor {index} has dtype {tensor.dtype}, which the reference-pg transport "
-                         f"cannot carry; supported: {', '.join(str(d) for d in DTYPE_CODES)}")
-    # A conjugated or negated view keeps its pending bit through contiguous(): resolve it,
-    # or the receiver gets the un-conjugated values.
-    flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
-    return flat.view(torch.uint8)
-
-
-def _parts(frame: Frame, kind: int) -> tuple[bytes, int, int, list[torch.Tensor]]:
-    """(header + descriptors, header length, tensor count, data tensors); raises on anything that cannot travel."""
-    header = frame.header
-    if not isinstance(header, (bytes, bytearray, memoryview)):
-        raise TypeError(f"frame header must be bytes, got {type(header).__name__}")
-    header = bytes(header)
-    for name, value in (("kind", kind), ("msg_id", frame.msg_id)):
-        if isinstance(value, bool) or not isinstance(value, int) or not -(1 << 63) <= value < (1 << 63):
-            raise ValueError(f"frame {name} must be an int64, got {value!r}")
-    if not frame.tensors:  # the common RPC: a pickle and nothing else
-        return header, len(header), 0, []
-    desc: list[int] = []
-    datas: list[torch.Tensor] = []
-    for index, tensor in enumerate(frame.tensors):
-        data = _tensor_bytes(tensor, index)
-        desc += [DTYPE_CODES[tensor.dtype], tensor.dim(), *tensor.shape]
-        if data.numel():
-            datas.append(data)
-    return header + struct.pack(f"<{len(desc)}q", *desc), len(header), len(frame.tensors), datas
-
-
-def encode_frame(frame: Frame, kind: int | None = None):
-    """``(record, None)`` for a frame that fits ``INLINE_CAPACITY``, else ``(None, (meta, body, datas))``.
-
-    A record is the whole frame as bytes, fields first (``inline = 1``, the last field
-    the count of tensor bytes after the header and descriptors): alone in a meta
-    message it is one c10d message instead of up to 2 + n_tensors, which is what an
-    RPC's latency over a c10d backend is made of; several records also share one
-    meta (``batch_meta``).
-    """
-    kind = frame.kind if kind is None else kind
-    payload, header_len, n_tensors, datas = _parts(frame, kind)
-    data_len = sum(data.numel() for data in datas)
-    desc_len = len(payload) - header_len
-    if len(payload) + data_len <= INLINE_CAPACITY:
-        fields = _FIELDS.pack(MAGIC, kind, frame.msg_id, header_len, n_tensors, desc_len, INLINE, data_len)
-        if not datas:
-            return fields + payload, None
-        return b"".join([fields, payload, *(bytes(data.numpy()) for data in datas)]), None
-    meta = _meta(_FIELDS.pack(MAGIC, kind, frame.msg_id, header_len, n_tensors, desc_len, SPLIT, 0))
-    body = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else None
-    return None, (meta, body, datas)
-
-
-def _meta(content: bytes) -> torch.Tensor:
-    """A meta message holding ``content``; the tail is zeros, never stale process memory."""
-    buffer = bytearray(META_BYTES)
-    buffer[:len(content)] = content
-    return torch.frombuffer(buffer, dtype=torch.uint8)
-
-
-def batch_meta(records) -> torch.Tensor:
-    """One meta message carrying several inline records (``inline = 2``), sent in their order.
-
-    The fields say ``header_len`` = the records' total length and, last, how many
-    there are; the records follow, each exactly as it would travel alone.
-    """
-    body = b"".join(records)
-    if len(body) > INLINE_CAPACITY:
-        raise ValueError(f"a batch of {len(body)} bytes does not fit the {INLINE_CAPACITY} inline bytes")
-    return _meta(_FIELDS.pack(MAGIC, 0, 0, len(body), 0, 0, BATCH, len(records)) + body)
-
-
-def encode(frame: Frame, kind: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
-    """(meta, body or None, data tensors) of one frame sent alone; raises on anything that cannot travel."""
-    record, split = encode_frame(frame, kind)
-    if record is not None:
-        return _meta(record), None, []  # a lone inline frame's meta is its record
-    return split
-
-
-def decode_meta(fields: bytes, src: int) -> tuple[int, int, int, int, int, int, int]:
-    """(kind, msg_id, header_len, n_tensors, desc_len, inline flag, last field) from a meta's first
-    FIELDS_BYTES (or a batch record's); the last field is an inline record's data length, a batch's
-    record count."""
-    if len(fields) < FIELDS_BYTES:
-        raise FrameError(f"frame from rank {src}: {len(fields)} bytes where {FIELDS_BYTES} bytes of fields belong")
-    magic, kind, msg_id, header_len, n_tensors, desc_len, inline, last = _FIELDS.unpack_from(fields)
-    if magic != MAGIC:
-        raise FrameError(f"frame from rank {src} starts with {magic:#x}, not the magic {MAGIC:#x}")
-    if not (0 <= header_len <= MAX_HEADER and 0 <= n_tensors <= MAX_TENSORS and 0 <= desc_len <= MAX_HEADER
-            and inline in (SPLIT, INLINE, BATCH)):
-        raise FrameError(f"frame from rank {src} has impossible fields: header {header_len} bytes, "
-                         f"{n_tensors} tensors, descriptors {desc_len} bytes, inline flag {inline}")
-    if inline != SPLIT and (header_len + desc_len > INLINE_CAPACITY or not 0 <= last <= INLINE_CAPACITY):
-        raise FrameError(f"frame from rank {src}: an inline frame of {header_len + desc_len} bytes "
-                         f"(last field {last}) does not fit the {INLINE_CAPACITY} inline bytes")
-    return kind, msg_id, header_len, n_tensors, desc_len, inline, last
-
-
-def decode_inline_tensors(raw: bytes, descs, src: int) -> list[torch.Tensor]:
-    """The tensors of an inline frame from the bytes after its header and descriptors."""
-    tensors, at = [], 0
-    for dtype, shape in descs:
-        tensor = torch.empty(shape, dtype=dtype)
-        nbytes = tensor.numel() * tensor.element_size()
-        if nbytes:
-            if at + nbytes > len(raw):
-                raise FrameError(f"frame from rank {src}: inline tensor data ends after {len(raw)} bytes")
-            tensor = torch.frombuffer(bytearray(raw[at:at + nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
-            at += nbytes
-        tensors.append(tensor)
-    return tensors
-
-
-def decode_descriptors(desc: bytes, n_tensors: int, src: int) -> list[tuple[torch.dtype, tuple[int, ...]]]:
-    if len(desc) % 8:
-        raise FrameError(f"frame from rank {src}: descriptors of {len(desc)} bytes are not int64s")
-    words = struct.unpack(f"<{len(desc) // 8}q", desc)
-    out, at = [], 0
-    for index in range(n_tensors):
-        if at + 2 > len(words):
-            raise FrameError(f"frame from rank {src}: descriptor of tensor {index} is missing")
-        code, ndim = words[at], words[at + 1]
-        if code not in CODE_DTYPES or not 0 <= ndim <= MAX_NDIM or at + 2 + ndim > len(words):
-            raise FrameError(f"frame from rank {src}: tensor {index} has dtype code {code}, ndim {ndim}")
-        shape = tuple(words[at + 2: at + 2 + ndim])
-        if any(d < 0 for d in shape):
-            raise FrameError(f"frame from rank {src}: tensor {index} has a negative size in {list(shape)}")
-        out.append((CODE_DTYPES[code], shape))
-        at += 2 + ndim
-    if at != len(words):
-        raise FrameError(f"frame from rank {src}: {len(words) - at} stray descriptor words")
-    return out
-
-
-def read_frame(raw: bytes, src: int, receive) -> Frame | None:
-    """The frame whose meta message is ``raw`` (one frame, not a batch); ``receive(nbytes)``
-    returns the next BODY_TAG message from ``src`` as a uint8 tensor. None for a STOP frame."""
-    frames = read_frames(raw, src, receive)
-    if len(frames) != 1:
-        raise FrameError(f"frame from rank {src}: a batch of {len(frames)} frames where one was expected")
-    return frames[0]
-
-
-def read_frames(raw: bytes, src: int, receive) -> list:
-    """Every frame a meta message ``raw`` starts: one (None for a STOP), or a batch's, in order."""
-    kind, msg_id, header_len, n_tensors, desc_len, inline, last = decode_meta(raw, src)
-    if inline == BATCH:
-        return _read_batch(raw[FIELDS_BYTES:FIELDS_BYTES + header_len], last, src)
-    if inline == INLINE:
-        return [_inline_frame(raw, src, (kind, msg_id, header_len, n_tensors, desc_len, inline, last))]
-    if header_len + desc_len:
-        payload = receive(header_len + desc_len).numpy().tobytes()
-    else:
-        payload = b""
-    header, desc = payload[:header_len], payload[header_len:]
-    tensors = []
-    for dtype, shape in decode_descriptors(desc, n_tensors, src):
-        tensor = torch.empty(shape, dtype=dtype)
-        if tensor.numel():
-            tensor = receive(tensor.numel() * tensor.element_size()).view(dtype).reshape(shape)
-        tensors.append(tensor)
-    if kind == STOP_KIND:
-        return [None]
-    return [Frame(kind=kind, msg_id=msg_id, header=header, tensors=tensors)]
-
-
-def _inline_frame(record: bytes, src: int, fields) -> Frame | None:
-    """The frame of one inline record (its fields already decoded); None for a STOP."""
-    kind, msg_id, header_len, n_tensors, desc_len, _, data_len = fields
-    start = FIELDS_BYTES + header_len + desc_len
-    header = record[FIELDS_BYTES:FIELDS_BYTES + header_len]
-    desc = record[FIELDS_BYTES + header_len:start]
-    descs = decode_descriptors(desc, n_tensors, src) if desc or n_tensors else ()
-    tensors = decode_inline_tensors(record[start:], descs, src) if descs else []
-    got = sum(t.numel() * t.element_size() for t in tensors)
-    if got != data_len:
-        raise FrameError(f"frame from rank {src}: inline tensors of {got} bytes where the fields say {data_len}")
-    if kind == STOP_KIND:
-        return None
-    return Frame(kind=kind, msg_id=msg_id, header=header, tensors=tensors)
-
-
-def _read_batch(body: bytes, count: int, src: int) -> list[Frame]:
-    """The frames of a batch meta's records, each checked as if it had come alone."""
-    if count < 1:
-        raise FrameError(f"frame from rank {src}: a batch of {count} records")
-    frames, at = [], 0
-    for index in range(count):
-        fields = decode_meta(body[at:at + FIELDS_BYTES], src)
-        kind, _, header_len, _, desc_len, inline, data_len = fields
-        if inline != INLINE or kind == STOP_KIND:
-            raise FrameError(f"frame from rank {src}: batch record {index} of {count} is not an inline frame "
-                             f"(kind {kind}, inline flag {inline})")
-        end = at + FIELDS_BYTES + header_len + desc_len + data_len
-        if end > len(body):
-            raise FrameError(f"frame from rank {src}: batch record {index} of {count} ends at byte {end}, "
-                             f"after the batch's {len(body)} bytes")
-        frames.append(_inline_frame(body[at:end], src, fields))
-        at = end
-    if at != len(body):
-        raise FrameError(f"frame from rank {src}: {len(body) - at} stray bytes after a batch of {count} records")
-    return frames
-
 
 def check_backend_carries_cpu(backend: str) -> None:
     """Refuse a backend that cannot send CPU tensors (nccl), before any collective call."""
@@ -463,7 +221,7 @@ class PgTransport(Transport):
                     return
                 self._flush(dst)  # anything queued goes first: frames to one peer keep their order
                 if record is not None:
-                    self._post(dst, _meta(record), None, [], nbytes, 1)
+                    self._post(dst, meta_message(record), None, [], nbytes, 1)
                 else:
                     self._post(dst, meta, body, datas, nbytes, 1)
                 posted = True
@@ -606,7 +364,7 @@ class PgTransport(Transport):
             self.metas_received += 1
             try:
                 frames = self._read_rest(group, src, raw)
-            except FrameError as exc:
+            except ProtocolError as exc:
                 # That peer's stream is garbled; others keep working.
                 self._lose(src, str(exc))
                 with self._state:

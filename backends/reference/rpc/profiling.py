@@ -25,7 +25,7 @@ The agent core calls these seams::
     fut = run_profiled(fields, run)   # callee; run() -> Future; fut -> (result, envelope)
     with to_here_scope(self_name, owner_name): ...                 # UserRRef.to_here
     with unrecorded(): ...    # the agent's own work on a user's thread: pickling, self-call
-                              # copies, transport sends (api._invoke around agent.call,
+                              # copies, transport sends (calls.invoke around agent.call,
                               # to_here around agent.fetch, Agent._send for RRef messages)
 
 Three things torch does in C++ with thread-local state that Python cannot

@@ -29,9 +29,9 @@ from functools import partial
 import torch
 from torch.distributed.rpc import functions
 
-from . import profiling, serialize
+from . import calls, current, profiling, serialize
 
-UNSET = -1.0  # torch's UNSET_RPC_TIMEOUT
+UNSET = calls.UNSET_RPC_TIMEOUT
 
 
 def _gid(pair) -> str:
@@ -45,9 +45,7 @@ class RRef:
                  "__weakref__")
 
     def __init__(self, value, type_hint=None):
-        from . import api
-
-        agent = api._current_agent()
+        agent = current.agent()
         agent.rrefs.adopt_local(self, value)
 
     @classmethod
@@ -100,8 +98,6 @@ class RRef:
         return done
 
     def _get_type(self, timeout: float = UNSET, blocking: bool = True):
-        from . import api
-
         if self._is_owner:
             rref_type = type(self.local_value())
             if blocking:
@@ -109,27 +105,24 @@ class RRef:
             done = torch.futures.Future()
             done.set_result(rref_type)
             return done
-        fut = api.rpc_async(self._owner, _type_on_owner, args=(self,), timeout=timeout)
+        fut = calls.rpc_async(self._owner, _type_on_owner, args=(self,), timeout=timeout)
         return fut.wait() if blocking else fut
 
     # ----------------------------------------------------------- proxies
     def rpc_sync(self, timeout: float = UNSET):
-        from . import api
-
-        return _Proxy(self, api.rpc_sync, timeout)
+        return _Proxy(self, calls.rpc_sync, timeout)
 
     def rpc_async(self, timeout: float = UNSET):
-        from . import api
-
-        return _Proxy(self, api.rpc_async, timeout)
+        return _Proxy(self, calls.rpc_async, timeout)
 
     def remote(self, timeout: float = UNSET):
-        from . import api
+        return _Proxy(self, calls.remote, timeout)
 
-        return _Proxy(self, api.remote, timeout)
+    def backward(self, dist_autograd_ctx_id: int = -1, retain_graph: bool = False) -> None:
+        """Run (distributed) autograd from this RRef's value, as torch's RRef.backward."""
+        from .autograd import service
 
-    def backward(self, *args, **kwargs):
-        raise NotImplementedError("reference RPC agents have no distributed autograd: RRef.backward is not offered")
+        service.rref_backward(self, dist_autograd_ctx_id, retain_graph)
 
     # ----------------------------------------------------------- life
     def __reduce__(self):
@@ -155,9 +148,7 @@ def _reduce_rref(rref: RRef):
 
 
 def _rref_from_fork(rref_id, fork_id, owner, confirmed):
-    from . import api
-
-    return api._current_agent().rrefs.from_fork(tuple(rref_id), tuple(fork_id), owner, confirmed)
+    return current.agent().rrefs.from_fork(tuple(rref_id), tuple(fork_id), owner, confirmed)
 
 
 serialize.register_rref_class(RRef, _reduce_rref)

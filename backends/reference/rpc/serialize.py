@@ -46,8 +46,12 @@ def _tensor_reducer(tensor: torch.Tensor):
         raise TypeError(f"RPC sends strided (dense) tensors only, not {tensor.layout}")
     send = _tables.send
     send.append(tensor.detach())
-    receiver = _grad_tensor_receiver if tensor.requires_grad else _tensor_receiver
-    return receiver, (len(send) - 1,)
+    if tensor.requires_grad:
+        graded = getattr(_tables, "graded", None)
+        if graded is not None:  # dumps_graded: distributed autograd records what was sent
+            graded.append((len(send) - 1, tensor))
+        return _grad_tensor_receiver, (len(send) - 1,)
+    return _tensor_receiver, (len(send) - 1,)
 
 
 _rref_reducer = None  # set by rref.py (import order: rref imports serialize)
@@ -66,6 +70,14 @@ def register_rref_class(cls, reducer) -> None:
     global _rref_reducer
     _rref_reducer = reducer
     _DISPATCH[cls] = _rref_reduce
+
+
+def register_reducer(cls, reducer) -> None:
+    """Pickle ``cls`` with ``reducer`` inside RPC messages only (torch's _InternalRPCPickler._register_reducer).
+
+    Outside an RPC, ``cls`` keeps its own pickling (RemoteModule refuses it).
+    """
+    _DISPATCH[cls] = reducer
 
 
 class _Pickler(pickle.Pickler):
@@ -107,6 +119,17 @@ def dumps(obj) -> tuple[bytes, list]:
         return buffer.getvalue(), tensors
     finally:
         _tables.send = outer
+
+
+def dumps_graded(obj) -> tuple[bytes, list, list]:
+    """``dumps`` plus (index, original tensor) of every tensor requiring grad, in order (the send function's inputs)."""
+    outer = getattr(_tables, "graded", None)
+    _tables.graded = graded = []
+    try:
+        header, tensors = dumps(obj)
+    finally:
+        _tables.graded = outer
+    return header, tensors, graded
 
 
 def loads(data, tensors: list):

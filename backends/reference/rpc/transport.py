@@ -40,12 +40,18 @@ class Kind(IntEnum):
     RREF_USER_DELETE = 7
     RREF_FORK_REQUEST = 8
     RREF_CHILD_ACCEPT = 9
+    # distributed autograd (autograd/messages.py): torch's names
+    FORWARD_AUTOGRAD_REQ = 10
+    BACKWARD_AUTOGRAD_REQ = 11
+    CLEANUP_AUTOGRAD_CONTEXT_REQ = 12
+    RREF_BACKWARD_REQ = 13
     SCRIPT_RET = 20
     PYTHON_RET = 21
     REMOTE_RET = 22
     SCRIPT_RREF_FETCH_RET = 23
     PYTHON_RREF_FETCH_RET = 24
     RREF_ACK = 25
+    FORWARD_AUTOGRAD_RESP = 26
     EXCEPTION = 30
     SHUTDOWN = 40  # control: graceful-shutdown handshake
 

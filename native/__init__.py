@@ -1,0 +1,81 @@
+"""The native backend: a c10d Backend in C++ (this folder), registered as ``native``.
+
+Ranks of one host exchange data through one shared-memory segment per process
+group (see native.hpp for a map of the sources). Importing this package
+registers the backend; the extension is compiled on first use (build.py) and
+reused afterwards::
+
+    import native
+    dist.init_process_group("native", store=store, rank=rank, world_size=n)
+    dist.all_reduce(t)
+
+For the suite it is a project backend like ``reference``: ``--backend native``.
+``check_available`` builds the extension in the pytest controller before any
+rank starts, so ranks only load the finished library, and a compiler error
+becomes one skip reason instead of a traceback per case.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from backends.spec import Availability, BackendSpec, Gap
+
+from . import build
+
+NAME = "native"
+
+GAPS = (
+    Gap({"feature": "monitored_barrier"},
+        "dist.monitored_barrier refuses every backend not named 'gloo' ('monitored_barrier is only "
+        "implemented for GLOO backend')"),
+    Gap({"feature": "work_sequence_number"},
+        "torch's ProcessGroup answers sequence numbers only for its built-in backends: "
+        "group._get_sequence_number_for_group() fails with 'RuntimeError: ProcessGroup custom does not yet support "
+        "sequence numbers.' before reaching a plugin backend (native counts them: "
+        "group._get_backend(torch.device('cpu'))._get_sequence_number_for_group(); torch 2.13)"),
+    Gap({"feature": "splitting"},
+        "split_group needs a default group bound to an accelerator device: on CPU it fails with 'RuntimeError: No "
+        "device associated with the default pg, not safe to split any process groups' (torch 2.13)"),
+)
+
+
+def _creator(variant: str):
+    def create(dist_options, backend_options):
+        extension = build.load(variant)
+        return extension.create(
+            dist_options.store,
+            dist_options.group_rank,
+            dist_options.group_size,
+            dist_options.timeout.total_seconds(),
+            [int(r) for r in dist_options.global_ranks_in_group],
+        )
+    return create
+
+
+def _availability(variant: str):
+    def check() -> Availability:
+        try:
+            build.load(variant)
+        except build.BuildFailed as exc:
+            return Availability(False, str(exc))
+        return Availability(True)
+    return check
+
+
+def register(name: str = NAME, variant: str = "", gaps: tuple[Gap, ...] = GAPS,
+             description: str = "") -> BackendSpec:
+    """Register ``name`` as the native backend built as ``variant`` ("" is the real one); return its spec."""
+    if name.upper() not in dist.Backend._plugins:  # importing twice must not fail
+        dist.Backend.register_backend(name, _creator(variant), extended_api=True, devices=["cpu"])
+    return BackendSpec(
+        name=name,
+        device_type="cpu",
+        check_available=_availability(variant),
+        gaps=gaps,
+        description=description or "C++ c10d Backend over shared memory (native/), built with "
+                                   "torch.utils.cpp_extension",
+    )
+
+
+DISTCONFORM_SPEC = register()

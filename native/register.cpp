@@ -1,0 +1,125 @@
+// Construction and destruction of a group, and the Python module.
+//
+// Python (native/__init__.py) registers the backend with
+// torch.distributed.Backend.register_backend and calls create() for every
+// process group; torch then dispatches every collective of that group to the
+// returned c10d::Backend.
+#include <torch/extension.h>
+
+#include "native.hpp"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+
+namespace native {
+
+NativeBackend::NativeBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Ms timeout,
+                             std::vector<int64_t> globalRanks)
+    : c10d::Backend(rank, size), store_(store), timeout_(timeout), globalRanks_(std::move(globalRanks)) {
+  TORCH_CHECK(size >= 1 && size <= kMaxRanks, "native: a group has 1..", kMaxRanks, " ranks, not ", size);
+  TORCH_CHECK(timeout.count() > 0, "native: the group timeout must be positive");
+  segment_ = std::make_unique<Segment>(store, rank, size, timeout);
+  initSync();
+  worker_ = std::thread([this] { workerLoop(); });
+  startP2P();
+}
+
+NativeBackend::~NativeBackend() { shutdown(); }
+
+void NativeBackend::shutdown() {
+  std::lock_guard<std::mutex> once(shutdownLock_);
+  if (shutDown_) return;
+  shutDown_ = true;
+  {
+    std::lock_guard<std::mutex> guard(queueLock_);
+    stopping_ = true;
+  }
+  queueCv_.notify_all();
+  if (worker_.joinable()) worker_.join();  // runs what was queued; each job ends by its deadline
+  p2pStop_.store(true);
+  ring(segment_->control(getRank())->p2pBell, nullptr);
+  if (progress_.joinable()) progress_.join();
+  {
+    std::lock_guard<std::mutex> guard(p2pLock_);
+    for (auto& recv : posted_)
+      recv->work->fail(std::make_exception_ptr(std::runtime_error("native: " + recv->work->what +
+                                                                  ": the group was shut down")));
+    posted_.clear();
+    unexpected_.clear();
+  }
+  segment_.reset();  // unmaps; the name was unlinked when every rank had mapped it
+}
+
+c10::intrusive_ptr<c10d::Backend> NativeBackend::shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+                                                        const c10::intrusive_ptr<Options>& optsOverride) {
+  const int n = getSize();
+  std::vector<bool> excluded(n, false);
+  std::string key = "native/shrink/";
+  for (int64_t r : ranksToExclude) {
+    TORCH_CHECK(r >= 0 && r < n, "native: shrink: rank ", r, " is not a rank of this group (0..", n - 1, ")");
+    excluded[r] = true;
+  }
+  TORCH_CHECK(!excluded[getRank()], "native: shrink: rank ", getRank(), " is excluded and must not take part");
+  int newRank = -1;
+  std::vector<int64_t> kept;
+  for (int r = 0; r < n; ++r) {
+    if (excluded[r]) {
+      key += std::to_string(r) + ",";
+      continue;
+    }
+    if (r == getRank()) newRank = static_cast<int>(kept.size());
+    kept.push_back(globalRanks_.empty() ? r : globalRanks_[r]);
+  }
+  TORCH_CHECK(!kept.empty(), "native: shrink would exclude every rank");
+  // every kept rank shrinks this group by the same set the same number of times: one key each time
+  key += "#" + std::to_string(++shrinks_[key]) + "/";
+  const Ms timeout = optsOverride && optsOverride->timeout.count() > 0 ? optsOverride->timeout : timeout_;
+  auto shrunk = c10::make_intrusive<NativeBackend>(c10::make_intrusive<c10d::PrefixStore>(key, store_), newRank,
+                                                   static_cast<int>(kept.size()), timeout, kept);
+  (void)shrinkFlags;  // SHRINK_ABORT: this group's queued collectives end by their own deadlines
+  return shrunk;
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> NativeBackend::getBackendOptions() {
+  auto options = c10::make_intrusive<Options>("native", timeout_);
+  return options;
+}
+
+}  // namespace native
+
+namespace {
+const char* seededBug() {
+#if defined(NATIVE_BUG_SKIP_LAST_RANK)
+  return "skip_last_rank";
+#elif defined(NATIVE_BUG_EARLY_COMPLETION)
+  return "early_completion";
+#elif defined(NATIVE_BUG_NO_TIMEOUT)
+  return "no_timeout";
+#elif defined(NATIVE_BUG_ANY_SOURCE_RANK0)
+  return "any_source_rank0";
+#elif defined(NATIVE_BUG_PREMUL_FIRST_ONLY)
+  return "premul_first_only";
+#elif defined(NATIVE_BUG_COMPLEX_AS_REAL)
+  return "complex_as_real";
+#else
+  return "";
+#endif
+}
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "distconform's native c10d backend (shared memory between the ranks of one host)";
+  m.def(
+      "create",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeoutSeconds,
+         std::vector<int64_t> globalRanks) -> c10::intrusive_ptr<c10d::Backend> {
+        return c10::make_intrusive<native::NativeBackend>(
+            store, rank, size, native::Ms(static_cast<int64_t>(timeoutSeconds * 1000)), std::move(globalRanks));
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"), py::arg("global_ranks"),
+      py::call_guard<py::gil_scoped_release>());
+  m.attr("SEEDED_BUG") = seededBug();
+  m.attr("MAX_RANKS") = native::kMaxRanks;
+}

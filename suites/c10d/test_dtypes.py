@@ -1,0 +1,448 @@
+"""Contract: the dtypes of today's models, beyond the 2020 set.
+
+* complex64/complex128: all_reduce SUM and AVG are exact per component;
+  MIN and MAX (complex numbers have no order) raise a clear error when the
+  group itself is asked (dist.all_reduce refuses them before the backend
+  sees them, and refuses PRODUCT too: it hands backends the real view of a
+  complex tensor, which is wrong for a product), and leave the group usable;
+  the group's own allreduce (what a backend sees when torch does not take
+  the real view first) does complex arithmetic: SUM and AVG exact, PRODUCT the
+  complex product or a clear refusal, never the product of the real view;
+  broadcast, all_gather and send/recv move them bit for bit.
+* float8_e4m3fn, float8_e5m2 (no arithmetic on CPU): every data-moving
+  collective and send/recv carries their bytes unchanged.
+* int8, int16, uint16, uint32, uint64: data-moving collectives bit for bit
+  (uint64 values above 2**63, so a trip through int64 or double shows), and
+  all_reduce with every op torch has a CPU kernel for on that dtype
+  (int8/int16: all ops; uint16/32/64: PRODUCT and the bitwise ops).
+* PREMUL_SUM (``dist._make_nccl_premul_sum(factor)``): every input scaled by
+  the factor, then summed; a backend without it declares the gap.
+* sparse COO all_reduce SUM: indices merged, values at equal indices added.
+
+Bit patterns are compared (``view(torch.uint8)``), because torch has no
+equality kernel for float8 and the unsigned types.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from backends.reference import semantics
+from fixtures.rank import ctx
+from suites import collectives, values
+from suites.checks import expect_tensor
+
+NUMEL = 7
+NARROW_INT = ("int8", "int16", "uint16", "uint32", "uint64")
+FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+COMPLEX = ("complex64", "complex128")
+# the data-moving operations: collectives of suites/collectives.py (which states each one's family and
+# form, backends/spec.py REQUIREMENT_KEYS), and send/recv
+MOVING_OPERATIONS = ("broadcast", "all_gather", "all_gather_into_tensor", "gather", "scatter", "all_to_all_single",
+                     "send_recv")
+
+
+def moving_needs(operation: str) -> dict:
+    """The requirement a case moving data by ``operation`` states: a collective's family and form, or send_recv."""
+    return collectives.need(operation) if operation in collectives.TABLE else {"collective": operation}
+
+
+def moving(*operations: str) -> list:
+    return [pytest.param(op, id=op, marks=pytest.mark.needs(**moving_needs(op))) for op in operations]
+
+
+MOVING = moving(*MOVING_OPERATIONS)
+# the reduce ops torch 2.13 has CPU kernels for on each narrow integer dtype (add/max/min on
+# uint16/32/64: '"add_stub" not implemented for 'UInt16'')
+NARROW_OPS = {
+    "int8": ("sum", "product", "min", "max", "band", "bor", "bxor"),
+    "int16": ("sum", "product", "min", "max", "band", "bor", "bxor"),
+    "uint16": ("product", "band", "bor", "bxor"),
+    "uint32": ("product", "band", "bor", "bxor"),
+    "uint64": ("product", "band", "bor", "bxor"),
+}
+
+
+def dtype_of(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def bits_of(name: str) -> int:
+    return torch.empty((), dtype=dtype_of(name)).element_size() * 8
+
+
+def _from_ints(ints: list[int], name: str) -> torch.Tensor:
+    """Python ints taken modulo 2**bits, as the dtype (negative for a signed type's top half)."""
+    bits = bits_of(name)
+    wrapped = [v % (1 << bits) for v in ints]
+    if not name.startswith("uint"):
+        wrapped = [v - (1 << bits) if v >= 1 << (bits - 1) else v for v in wrapped]
+    return torch.tensor(wrapped, dtype=dtype_of(name))
+
+
+def payload(rank: int, name: str, salt: int = 0, numel: int = NUMEL) -> torch.Tensor:
+    """What ``rank`` moves: says who sent it, and uses the dtype's top bits (or its float range)."""
+    if name in FLOAT8:
+        floats = [(k - 3 + salt) * 0.5 * (rank + 1) + (k % 3) * 0.125 for k in range(numel)]
+        return torch.tensor(floats).to(dtype_of(name))
+    if name in COMPLEX:
+        real = values.rank_payload(rank, numel, "float64", salt) + 2.0**-30
+        return torch.complex(real, -real / 4).to(dtype_of(name))
+    bits = bits_of(name)
+    return _from_ints([(1 << (bits - 1)) | ((rank + 1) << (bits - 5)) | (k + 8 * salt) for k in range(numel)], name)
+
+
+def reduce_input(rank: int, name: str, op: str) -> torch.Tensor:
+    """Rank ``rank``'s all_reduce input: every result exact (integers wrap like any same-width arithmetic)."""
+    bits = bits_of(name)
+    ints = []
+    for i in range(NUMEL):
+        if op in ("band", "bor", "bxor"):  # high bits differ per rank, the top bit included
+            ints.append((((i * 37 + rank * 101) ^ (rank << (i % 5))) & 0xFF) | ((rank + i) % 4 << (bits - 2)))
+        elif op == "product":  # element 0 of rank 0 is 2**(bits-2): the product wraps where int64 would not
+            ints.append(1 << (bits - 2) if (i, rank) == (0, 0) else (i + rank) % 3 + 1)
+        elif op in ("min", "max"):
+            ints.append((i * 3 + rank * 5) % 11 - 5)
+        else:
+            ints.append(i % 7 + 1 + rank * 3)
+    return _from_ints(ints, name)
+
+
+def expect_bits(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Same dtype, shape and bytes (torch has no == for float8 and the unsigned types)."""
+    assert isinstance(actual, torch.Tensor), f"{what}: got {type(actual).__name__}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, expected {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    got, want = actual.contiguous().view(torch.uint8), expected.contiguous().view(torch.uint8)
+    if not torch.equal(got, want):
+        width = expected.element_size()
+        first = int((got != want).nonzero()[0]) // width
+        raise AssertionError(f"{what}: element {first} has bytes {got[first * width:(first + 1) * width].tolist()}, "
+                             f"expected {want[first * width:(first + 1) * width].tolist()} "
+                             f"({expected.reshape(-1)[first].to(torch.float64 if not expected.is_complex() else expected.dtype).item()!r})")
+
+
+def packed(result):
+    """A tensor (or list of them) as (dtype name, shape, bytes): torch cannot pickle float8 tensors."""
+    if isinstance(result, list):
+        return [packed(t) for t in result]
+    if result is None:
+        return None
+    t = result.detach().cpu().contiguous()
+    return str(t.dtype).removeprefix("torch."), tuple(t.shape), t.view(torch.uint8).clone()
+
+
+def unpacked(result):
+    if isinstance(result, list):
+        return [unpacked(t) for t in result]
+    if result is None:
+        return None
+    name, shape, raw = result
+    return raw.view(dtype_of(name)).reshape(shape)
+
+
+# ---------------------------------------------------------------- rank side
+def move(collective: str, name: str):
+    """Run one data-moving collective; return this rank's result, packed."""
+    return packed(_move(collective, name))
+
+
+def _move(collective: str, name: str):
+    n, me, root = ctx.world_size, ctx.rank, ctx.world_size - 1
+    mine = payload(me, name).to(ctx.device)
+    blank = lambda numel=NUMEL: torch.zeros(numel, dtype=dtype_of(name), device=ctx.device)  # noqa: E731
+    if collective == "broadcast":
+        dist.broadcast(mine, src=root)
+        return mine.cpu()
+    if collective == "all_gather":
+        out = [blank() for _ in range(n)]
+        dist.all_gather(out, mine)
+        return [t.cpu() for t in out]
+    if collective == "all_gather_into_tensor":
+        out = blank(NUMEL * n)
+        dist.all_gather_into_tensor(out, mine)
+        return out.cpu()
+    if collective == "gather":
+        out = [blank() for _ in range(n)] if me == root else None
+        dist.gather(mine, out, dst=root)
+        return [t.cpu() for t in out] if out else None
+    if collective == "scatter":
+        out = blank()
+        dist.scatter(out, [payload(root, name, salt=i).to(ctx.device) for i in range(n)] if me == root else None,
+                     src=root)
+        return out.cpu()
+    if collective == "all_to_all_single":
+        out = blank(2 * n)
+        dist.all_to_all_single(out, payload(me, name, numel=2 * n).to(ctx.device))
+        return out.cpu()
+    if collective == "send_recv":
+        if me == 0:
+            dist.send(mine, dst=root)
+        elif me == root:
+            out = blank()
+            dist.recv(out, src=0)
+            return out.cpu()
+        return None
+    raise KeyError(collective)
+
+
+def expected_moved(collective: str, name: str, n: int) -> list:
+    root = n - 1
+    xs = [payload(r, name) for r in range(n)]
+    return {
+        "broadcast": lambda: semantics.broadcast(xs, root),
+        "all_gather": lambda: semantics.all_gather(xs),
+        "all_gather_into_tensor": lambda: [torch.cat(xs)] * n,  # torch.cat has no float8 kernel on some builds
+        "gather": lambda: [None] * root + [semantics.gather(xs, root)],
+        "scatter": lambda: semantics.scatter([payload(root, name, salt=i) for i in range(n)], n),
+        "all_to_all_single": lambda: semantics.all_to_all_single([payload(r, name, numel=2 * n) for r in range(n)],
+                                                                 [None] * n),
+        "send_recv": lambda: [None] * root + [xs[0]],
+    }[collective]()
+
+
+def check_moved(results, collective, name, n):
+    for rank, (got, want) in enumerate(zip(unpacked(results), expected_moved(collective, name, n))):
+        if want is None:
+            continue
+        pairs = zip(got, want) if isinstance(want, list) else [(got, want)]
+        for i, (g, w) in enumerate(pairs):
+            expect_bits(g, w, f"{collective} of {name} on rank {rank} (entry {i})")
+
+
+def all_reduce_narrow(name: str, op: str):
+    tensor = reduce_input(ctx.rank, name, op).to(ctx.device)
+    dist.all_reduce(tensor, op=values.reduce_op(op))
+    return packed(tensor)
+
+
+def complex_input(rank: int, name: str, op: str, numel: int = NUMEL) -> torch.Tensor:
+    part = "float32" if name == "complex64" else "float64"
+    real = values.rank_input(op, part, (numel,), rank)
+    imag = values.rank_input(op, part, (numel,), (rank + 1) % 5)
+    return torch.complex(real, -imag)
+
+
+def all_reduce_complex(name: str, op: str):
+    tensor = complex_input(ctx.rank, name, op).to(ctx.device)
+    dist.all_reduce(tensor, op=values.reduce_op(op))
+    return tensor.cpu()
+
+
+def refused_then_usable(name: str, op: str):
+    """The group's allreduce of complex tensors with an op they cannot take: the error, then a normal all_reduce.
+
+    The group is called directly: dist.all_reduce would refuse before the backend is reached.
+    """
+    tensor = complex_input(ctx.rank, name, "sum").to(ctx.device)
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = values.reduce_op(op)
+    try:
+        dist.group.WORLD.allreduce([tensor], opts).wait()
+        error = None
+    except (ValueError, RuntimeError, TypeError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    after = torch.ones(3, device=ctx.device)
+    dist.all_reduce(after)
+    return error, after.cpu()
+
+
+def group_all_reduce_complex(name: str, op: str):
+    """The group's allreduce of a complex tensor: (error, None) or (None, the result)."""
+    tensor = complex_input(ctx.rank, name, op).to(ctx.device)
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = values.reduce_op(op)
+    try:
+        dist.group.WORLD.allreduce([tensor], opts).wait()
+    except (ValueError, RuntimeError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}", None
+    return None, tensor.cpu()
+
+
+def complex_reduced(collective: str, name: str, op: str):
+    """reduce (to the last rank) or reduce_scatter_tensor of complex tensors: (error, None) or (None, the result).
+
+    torch hands both to the backend as complex tensors (all_reduce, broadcast and
+    all_gather get the real view instead)."""
+    n, root = ctx.world_size, ctx.world_size - 1
+    try:
+        if collective == "reduce":
+            tensor = complex_input(ctx.rank, name, op).to(ctx.device)
+            dist.reduce(tensor, dst=root, op=values.reduce_op(op))
+            return None, tensor.cpu() if ctx.rank == root else None
+        out = torch.zeros(NUMEL, dtype=dtype_of(name), device=ctx.device)
+        dist.reduce_scatter_tensor(out, complex_input(ctx.rank, name, op, NUMEL * n).to(ctx.device),
+                                   op=values.reduce_op(op))
+        return None, out.cpu()
+    except (ValueError, RuntimeError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}", None
+
+
+def premul_sum(collective: str, dtype: str, factor: float, factor_kind: str = "float"):
+    n = ctx.world_size
+    # the factor as a Python float or as a 1-element tensor (both _make_nccl_premul_sum overloads)
+    op = dist._make_nccl_premul_sum(factor if factor_kind == "float" else torch.tensor([factor], device=ctx.device))
+    if collective in ("all_reduce", "reduce"):
+        tensor = values.rank_input("sum", dtype, (NUMEL,), ctx.rank).to(ctx.device)
+        if collective == "reduce":
+            dist.reduce(tensor, dst=n - 1, op=op)
+            return tensor.cpu() if ctx.rank == n - 1 else None  # other ranks' tensors are unspecified
+        dist.all_reduce(tensor, op=op)
+        return tensor.cpu()
+    out = torch.zeros(NUMEL, dtype=values.DTYPES[dtype], device=ctx.device)
+    dist.reduce_scatter_tensor(out, values.rank_input("sum", dtype, (NUMEL * n,), ctx.rank).to(ctx.device), op=op)
+    return out.cpu()
+
+
+SPARSE_SHAPES = {"1d": (10,), "rows": (6, 3)}  # rows: sparse_dim 1 with a dense row, like embedding gradients
+
+
+def sparse_input(rank: int, shape_name: str) -> torch.Tensor:
+    """Rank-specific indices (some shared with other ranks, some not, unsorted, one repeated)."""
+    shape = SPARSE_SHAPES[shape_name]
+    rows = [rank % shape[0], (rank * 3 + 1) % shape[0], 0, rank % shape[0]]
+    dense = shape[1:]
+    vals = torch.stack([torch.full(dense, float(rank * 10 + k + 1)) for k in range(len(rows))])
+    return torch.sparse_coo_tensor(torch.tensor([rows]), vals, shape, check_invariants=True)
+
+
+def sparse_all_reduce(shape_name: str):
+    tensor = sparse_input(ctx.rank, shape_name)
+    dist.all_reduce(tensor)
+    return tensor.is_sparse, tensor.to_dense()
+
+
+# ------------------------------------------------------------------ clauses
+@pytest.mark.parametrize("operation", moving("broadcast", "all_gather", "send_recv"))
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_complex_moves_bit_for_bit(world, dtype, operation):
+    """broadcast, all_gather and send/recv move complex64/complex128 tensors bit for bit."""
+    check_moved(world.run(move, operation, dtype), operation, dtype, world.world_size)
+
+
+@pytest.mark.needs(collective="all_reduce")
+@pytest.mark.parametrize("op", ["sum", "avg"])
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_complex_all_reduce(world, dtype, op):
+    """all_reduce SUM and AVG of complex tensors reduce real and imaginary parts exactly."""
+    n = world.world_size
+    expected = semantics.reduce_tensors(op, [complex_input(r, dtype, op) for r in range(n)])
+    for rank, got in enumerate(world.run(all_reduce_complex, dtype, op)):
+        expect_tensor(torch.view_as_real(got), torch.view_as_real(expected), f"complex all_reduce {op} on rank {rank}",
+                      exact=op != "avg")
+
+
+@pytest.mark.needs(collective="all_reduce")
+@pytest.mark.parametrize("op", ["min", "max"])
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_complex_all_reduce_unordered_op_raises(world, dtype, op, record_property):
+    """The group's allreduce of complex tensors with MIN or MAX raises on every rank; the group stays usable."""
+    for rank, (error, after) in enumerate(world.run(refused_then_usable, dtype, op)):
+        assert error is not None, f"rank {rank}: complex all_reduce {op.upper()} returned instead of raising"
+        expect_tensor(after, torch.full((3,), float(world.world_size)), f"rank {rank}: all_reduce after the refusal")
+        record_property("finding", f"complex {op}: {error.splitlines()[0]}")
+
+
+@pytest.mark.needs(collective="all_reduce")
+@pytest.mark.parametrize("op", ["sum", "avg", "product"])
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_complex_group_all_reduce(world, dtype, op, record_property):
+    """The group's own allreduce of complex tensors is complex arithmetic (PRODUCT: the complex product or a refusal)."""
+    n = world.world_size
+    expected = semantics.reduce_tensors(op, [complex_input(r, dtype, op) for r in range(n)])
+    for rank, (error, got) in enumerate(world.run(group_all_reduce_complex, dtype, op)):
+        if error is not None and op == "product":
+            record_property("finding", f"complex product refused: {error.splitlines()[0]}")
+            continue
+        assert error is None, f"rank {rank}: the group's complex all_reduce {op.upper()} raised {error}"
+        expect_tensor(torch.view_as_real(got), torch.view_as_real(expected),
+                      f"the group's complex all_reduce {op} on rank {rank}", exact=op != "avg")
+
+
+@pytest.mark.parametrize("collective", [pytest.param(name, marks=pytest.mark.needs(**collectives.need(name)))
+                                        for name in ("reduce", "reduce_scatter_tensor")])
+@pytest.mark.parametrize("op", ["sum", "product", "max"])
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_complex_reduce_and_reduce_scatter(world, dtype, op, collective, record_property):
+    """reduce and reduce_scatter_tensor of complex tensors: SUM exact, PRODUCT complex or refused, MAX refused."""
+    n = world.world_size
+    inputs = [complex_input(r, dtype, op, NUMEL * (n if collective == "reduce_scatter_tensor" else 1))
+              for r in range(n)]
+    if op == "max":
+        expected = [None] * n
+    elif collective == "reduce":
+        expected = [None] * (n - 1) + [semantics.reduce(inputs, op, n - 1)]
+    else:
+        expected = semantics.reduce_scatter_tensor(inputs, op)
+    for rank, (error, got) in enumerate(world.run(complex_reduced, collective, dtype, op)):
+        if op == "max":
+            assert error is not None, f"rank {rank}: {collective} MAX of complex tensors returned instead of raising"
+        elif error is not None and op == "product":
+            record_property("finding", f"complex product refused: {error.splitlines()[0]}")
+            continue
+        else:
+            assert error is None, f"rank {rank}: {collective} {op.upper()} of complex tensors raised {error}"
+        if error is not None:
+            record_property("finding", f"complex {op} refused: {error.splitlines()[0]}")
+        elif expected[rank] is not None:
+            expect_tensor(torch.view_as_real(got), torch.view_as_real(expected[rank]),
+                          f"{collective} {op} of {dtype} on rank {rank}")
+
+
+@pytest.mark.parametrize("operation", MOVING)
+@pytest.mark.parametrize("dtype", FLOAT8)
+def test_float8_moves_bit_for_bit(world, dtype, operation):
+    """Data-moving collectives and send/recv carry float8 (e4m3fn, e5m2) bytes unchanged."""
+    check_moved(world.run(move, operation, dtype), operation, dtype, world.world_size)
+
+
+@pytest.mark.parametrize("operation", MOVING)
+@pytest.mark.parametrize("dtype", NARROW_INT)
+def test_narrow_int_moves_bit_for_bit(world, dtype, operation):
+    """Data-moving collectives and send/recv carry int8/int16/uint16/uint32/uint64 bit for bit (top bit set)."""
+    check_moved(world.run(move, operation, dtype), operation, dtype, world.world_size)
+
+
+@pytest.mark.needs(collective="all_reduce")
+@pytest.mark.parametrize("dtype,op", [(d, o) for d in NARROW_INT for o in NARROW_OPS[d]],
+                         ids=[f"{d}-{o}" for d in NARROW_INT for o in NARROW_OPS[d]])
+def test_narrow_int_all_reduce(world, dtype, op):
+    """all_reduce on int8/int16/uint16/uint32/uint64 is exact in the dtype's own width (wrapping, never saturating)."""
+    n = world.world_size
+    expected = semantics.reduce_tensors(op, [reduce_input(r, dtype, op) for r in range(n)])
+    for rank, got in enumerate(unpacked(world.run(all_reduce_narrow, dtype, op))):
+        expect_bits(got, expected, f"all_reduce {op} of {dtype} on rank {rank}")
+
+
+@pytest.mark.needs(feature="premul_sum", op="premul_sum")
+@pytest.mark.parametrize("factor_kind", ["float", "tensor"])
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce", "reduce_scatter"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_premul_sum(world, collective, dtype, factor_kind):
+    """PREMUL_SUM(factor) scales every rank's input by the factor, then sums (exact for a power-of-two factor)."""
+    n, factor = world.world_size, 0.25
+    inputs = [values.rank_input("sum", dtype, (NUMEL * (n if collective == "reduce_scatter" else 1),), r)
+              for r in range(n)]
+    if collective == "all_reduce":
+        expected = semantics.all_reduce([t * factor for t in inputs], "sum")
+    elif collective == "reduce":
+        expected = [None] * (n - 1) + [semantics.reduce([t * factor for t in inputs], "sum", n - 1)]
+    else:
+        expected = semantics.reduce_scatter_tensor([t * factor for t in inputs], "sum")
+    for rank, got in enumerate(world.run(premul_sum, collective, dtype, factor, factor_kind)):
+        if expected[rank] is not None:
+            expect_tensor(got, expected[rank], f"{collective} PREMUL_SUM({factor} as a {factor_kind}) {dtype} "
+                                               f"on rank {rank}")
+
+
+@pytest.mark.needs(collective="all_reduce", feature="sparse")
+@pytest.mark.parametrize("shape", list(SPARSE_SHAPES))
+def test_sparse_coo_all_reduce_sum(world, shape):
+    """all_reduce SUM of sparse COO tensors merges indices and adds values at equal indices, on every rank."""
+    n = world.world_size
+    expected = semantics.sparse_all_reduce([sparse_input(r, shape) for r in range(n)])[0].to_dense()
+    for rank, (is_sparse, dense) in enumerate(world.run(sparse_all_reduce, shape)):
+        assert is_sparse, f"rank {rank}: the result is no longer a sparse tensor"
+        expect_tensor(dense, expected, f"sparse all_reduce ({shape}) on rank {rank}")

@@ -1,0 +1,59 @@
+"""Injected failures on a launched world (run by tests/test_launch.py under two torchruns).
+
+Each failing test is followed by a normal one: a launched world cannot be
+replaced, so the follower must skip with the one reason the world broke.
+"""
+
+import os
+
+import pytest
+
+from tests.harness_cases import launch_fns
+
+
+def test_placement(world):
+    places = world.run(launch_fns.where)
+    assert [p["rank"] for p in places] == list(range(world.world_size))
+    # EXPECT_HOSTS / EXPECT_DEVICES: what the launching test set up, one entry per rank
+    if os.environ.get("EXPECT_HOSTS"):
+        assert [p["host"] for p in places] == os.environ["EXPECT_HOSTS"].split(",")
+    assert [p["device"] for p in places] == ["cpu"] * world.world_size
+    if os.environ.get("EXPECT_STORE_HOST"):  # the address every rank dialled for the world's store
+        assert {p["store_host"] for p in places} == {os.environ["EXPECT_STORE_HOST"]}
+
+
+@pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "hang", reason="selected by LAUNCH_CASE=hang")
+@pytest.mark.deadline(3)
+def test_injected_hang(world):
+    world.run(launch_fns.last_rank_of_node1_sleeps_in_python)
+
+
+@pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "death", reason="selected by LAUNCH_CASE=death")
+def test_injected_death(world):
+    world.run(launch_fns.last_rank_of_node1_exits_7)
+
+
+@pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "nodeloss", reason="selected by LAUNCH_CASE=nodeloss")
+def test_injected_node_loss(world):
+    world.run(launch_fns.node1_is_lost)
+
+
+@pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "restart", reason="selected by LAUNCH_CASE=restart")
+def test_injected_death_once(world):
+    world.run(launch_fns.last_rank_of_node1_exits_7_on_the_first_attempt)
+
+
+@pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "controller_killed",
+                    reason="selected by LAUNCH_CASE=controller_killed")
+def test_injected_controller_kill_once(world):
+    world.run(launch_fns.the_controller_is_killed_on_the_first_attempt)
+
+
+@pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "stop", reason="selected by LAUNCH_CASE=stop")
+@pytest.mark.deadline(300)  # far beyond the heartbeat limit: the silence must be noticed first
+def test_injected_node_stop(world):
+    world.run(launch_fns.a_node_stops)
+
+
+def test_after_failure(world):
+    assert world.run(launch_fns.all_reduce_rank_sum) == [world.world_size * (world.world_size + 1) / 2.0] * world.world_size

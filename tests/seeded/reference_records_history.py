@@ -1,0 +1,30 @@
+"""Seeded bug in the reference backend: the worker thread writes results with autograd recording.
+
+Every collective's job runs with grad mode on in the worker thread (as the
+reference did before the fix): the copy_ of a result into the caller's tensor
+is recorded whenever that tensor already has autograd history, even when the
+caller disabled grad (grad mode is per thread): the tensor is rebased onto a
+CopyBackwards node and the gradient through its earlier history is zero (what
+made funcol all_reduce backwards intermittently sum zeros for one rank).
+Caught by suites/c10d/test_all_reduce.py::test_all_reduce_leaves_autograd_history_alone.
+"""
+
+import torch
+
+from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
+
+CONTRACT = "all_reduce writes data only: a tensor with autograd history keeps its grad_fn and gradient"
+SUITE = "suites/c10d/test_all_reduce.py"
+
+
+class RecordsHistory(ReferenceProcessGroup):
+    """Collectives' results are written with autograd recording on (in the worker thread)."""
+
+    def _submit(self, name, fingerprint, run, opts_timeout=None):
+        def recorded(*args):
+            with torch.enable_grad():  # BUG: the worker records the copy_ into the caller's tensor
+                return run(*args)
+        return super()._submit(name, fingerprint, recorded, opts_timeout)
+
+
+DISTCONFORM_SPEC = register_reference("reference_records_history", RecordsHistory)

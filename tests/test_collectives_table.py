@@ -1,0 +1,193 @@
+"""suites/collectives.py: one table of collectives, and every reader reads it.
+
+Readers: the differential suite (suites/c10d/differential.py and its clause),
+the timeout clause (suites/c10d/test_timeouts.py), the benchmark's rank side
+(suites/stress/rank_bench.py), its arithmetic (suites/stress/metrics.py) and
+its CLI (suites/stress/collectives.py). Every collective of the table runs in
+the differential and in the benchmark on a live world, and a collective added
+as one entry (tests/harness_cases/extra_collective.py) reaches all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from backends.registry import BackendRegistry
+from backends.spec import BackendSpec, check_requirement_keys
+from fixtures.pool import WorldPool
+from suites import collectives
+from suites.c10d import differential
+from suites.c10d.differential import Call
+from suites.stress import metrics
+from suites.stress.rank_bench import bench_row, expected_output, fill_modulus, rank_input
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXTRA = "tests.harness_cases.extra_collective"
+RUN_TIMEOUT_S = 300
+
+# nccl-tests' bus factors by collective (src/*.cu): every form of a family has its family's
+NCCL_TESTS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n, "gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0,
+}
+
+
+# ------------------------------------------------------------------ the records
+def test_records_are_consistent():
+    bench = collectives.bench_names()
+    assert len(bench) == len(set(bench)), f"two collectives share a benchmark name: {bench}"
+    for name, entry in collectives.TABLE.items():
+        assert entry.name == name
+        check_requirement_keys(entry.need(), name)
+        assert entry.flow in (collectives.ALL_TO_ALL, collectives.FROM_ROOT, collectives.TO_ROOT), name
+        assert set(entry.splits) <= {"even", "uneven"}, name
+        assert entry.in_place == (entry.outputs is None), name
+
+
+@pytest.mark.parametrize("name", collectives.names())
+@pytest.mark.parametrize("n", [1, 2, 3, 8])
+def test_bus_factor_is_nccl_tests(name, n):
+    entry = collectives.get(name)
+    assert metrics.bus_factor(entry.bench_name, n) == pytest.approx(NCCL_TESTS_FACTOR[entry.family](n))
+
+
+def test_unknown_collective_names_the_known_ones():
+    with pytest.raises(collectives.UnknownCollective, match="unknown collective 'all_sum'.*all_reduce"):
+        collectives.get("all_sum")
+    with pytest.raises(ValueError, match="unknown collective 'all_sum'"):
+        metrics.layout("all_sum", 8, 2, 4)
+
+
+def test_every_collective_is_drawn_by_the_differential():
+    combos = __import__("suites.c10d.test_differential", fromlist=["allowed_combos"]).allowed_combos(
+        BackendSpec(name="toy"), 3)
+    drawn = {(c[0], c[1]) for c in combos}
+    for name, entry in collectives.TABLE.items():
+        for split in entry.splits or (None,):
+            assert (name, split) in drawn, f"{name} (split {split}) is never drawn"
+
+
+@pytest.mark.parametrize("collective", collectives.bench_names())
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_periodic_expectation_equals_the_oracle_on_full_inputs(collective, n):
+    """The benchmark's shortcut (one period per chunk, tiled) equals the table's oracle on the full chunks."""
+    entry = metrics.entry(collective)
+    for nbytes in (8, 1000, 4096):
+        for dtype in (torch.float32, torch.int32):
+            modulus = fill_modulus(dtype, n)
+            lay = metrics.layout(collective, nbytes, n, dtype.itemsize)
+            parts = entry.inputs.count(n)
+            full_in = [list(rank_input(r, lay.in_numel, dtype, modulus).chunk(parts))
+                       if entry.inputs.passed_by(r == 0) else [] for r in range(n)]
+            full = entry.oracle(full_in, "sum" if entry.reduces else None, 0 if entry.rooted else None)
+            for rank in range(n):
+                got = expected_output(collective, rank, n, lay, dtype, modulus)
+                if not full[rank] or full[rank][0] is None:
+                    assert got is None
+                else:
+                    assert torch.equal(got, torch.cat(full[rank])), (collective, n, nbytes, dtype, rank)
+                    assert got.numel() == lay.out_numel
+
+
+# ------------------------------------------------------------ on live worlds
+@pytest.fixture(scope="module")
+def pool():
+    pool = WorldPool(BackendRegistry(), deadline=60.0)
+    yield pool
+    pool.close_all()
+
+
+def call_for(entry, world_size: int, **changes) -> Call:
+    return Call(operation=entry.name, op="sum" if entry.reduces else None, dtype="float32",
+                shape=(2, 3) if not changes.get("splits") else (0, 3), root=world_size - 1 if entry.rooted else None,
+                seed=7, world_size=world_size, **changes)
+
+
+@pytest.mark.parametrize("backend, world_size", [("gloo", 3), ("reference", 2)])
+def test_every_collective_runs_in_the_differential_and_the_benchmark(pool, backend, world_size):
+    from suites.c10d.test_differential import check_call
+
+    world = pool.get(backend, world_size)
+    for entry in collectives.TABLE.values():
+        calls = [call_for(entry, world_size, backend=backend), call_for(entry, world_size, backend=backend,
+                                                                        group=(0, world_size - 1))]
+        if "uneven" in entry.splits:
+            calls.append(call_for(entry, world_size, backend=backend,
+                                  splits=tuple(tuple((i + j) % 3 for j in range(world_size)) for i in range(world_size))))
+        for call in calls:
+            check_call(world, call)  # raises with the call on any difference from the oracle
+        rows = world.run(bench_row, entry.bench_name, 256, "float32", warmup=1, max_iters=2, min_iters=1,
+                         target_seconds=0.001)
+        assert [r["wrong"] for r in rows] == [0] * world_size, (entry.name, rows)
+        assert rows[0]["size"] == metrics.layout(entry.bench_name, 256, world_size, 4).size
+
+
+# ------------------------------------------------------------ one entry, every reader
+@pytest.fixture
+def extra_entry():
+    """tests/harness_cases/extra_collective.py's entry in this process's table, removed afterwards."""
+    import importlib
+
+    module = importlib.import_module(EXTRA)
+    collectives.TABLE.setdefault(module.NAME, module.ENTRY)
+    yield module.ENTRY
+    collectives.TABLE.pop(module.NAME, None)
+
+
+def test_an_entry_added_to_the_table_reaches_every_reader(extra_entry):
+    from suites.c10d.test_differential import allowed_combos
+    from suites.c10d.test_timeouts import cases
+    from suites.stress.collectives import parse_args
+
+    name = extra_entry.name
+    assert name in differential.operations()
+    assert name in {c[0] for c in allowed_combos(BackendSpec(name="toy"), 2)}
+    assert Call(name, "sum", "float32", (3,)).need() == {
+        "collective": "all_reduce", "form": "coalesced", "op": "sum", "dtype": "float32", "layout": "contiguous",
+        "shape": "1d"}
+    assert name in [c[1] for c in cases()]
+    assert name in metrics.collective_names()
+    assert metrics.bus_factor(name, 4) == pytest.approx(1.5)
+    assert metrics.layout(name, 64, 4, 4).count == 16
+    assert parse_args(["--collectives", name]).collective_list == [name]
+    assert name in parse_args(["--collectives", "all"]).collective_list
+    # and its requirement is matched like any other: a gap on the form excuses it only
+    gappy = BackendSpec(name="toy", gaps=(__import__("backends.spec", fromlist=["Gap"]).Gap(
+        {"collective": "all_reduce", "form": "coalesced"}, "no coalesced all_reduce"),))
+    assert name not in {c[0] for c in allowed_combos(gappy, 2)}
+    assert "all_reduce" in {c[0] for c in allowed_combos(gappy, 2)}
+
+
+def _run(cmd: list[str], **env_extra) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "DISTCONFORM_SESSION")}
+    env.update(env_extra)
+    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def test_an_added_entry_is_measured_by_the_benchmark(tmp_path):
+    proc = _run([sys.executable, "-m", "suites.stress.collectives", "--backend", "gloo", "--world-size", "2",
+                 "--backend-plugin", EXTRA, "--collectives", "all_reduce_coalesced", "--max-bytes", "64",
+                 "--iters", "2", "--report-dir", str(tmp_path)])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "collectives.json").read_text())
+    rows = [r for r in report["records"] if r["collective"] == "all_reduce_coalesced"]
+    assert rows and all(r["#wrong"] == 0 and r["redop"] == "sum" for r in rows), rows
+
+
+def test_an_added_entry_is_checked_by_the_differential_and_the_timeout_clause(tmp_path):
+    call = Call("all_reduce_coalesced", "max", "int64", (2, 3), group=(1,), seed=3, world_size=2, backend="gloo")
+    base = [sys.executable, "-m", "pytest", "--backend", "gloo", "--world-size", "2", "--backend-plugin", EXTRA,
+            "-q", "-p", "no:cacheprovider", "--report-dir", str(tmp_path / "report")]
+    proc = _run(base + ["suites/c10d/test_differential.py", "suites/c10d/test_timeouts.py", "-k",
+                        "differential or all_reduce_coalesced"], DISTCONFORM_REPLAY=repr(call))
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    cases = json.loads((tmp_path / "report" / "conformance.json").read_text())["cases"]
+    assert any("all_reduce_coalesced" in c["nodeid"] and c["outcome"] == "passed" for c in cases), cases

@@ -1,0 +1,285 @@
+"""The native backend's own promises, beyond the contract the suites check.
+
+* Life cycle: ``destroy_process_group`` leaves no thread, mapping, shared
+  memory name or file descriptor behind, and the segment's name is gone from
+  /dev/shm as soon as the group exists (so a rank killed at any point leaves
+  nothing behind either).
+* A dead peer: a rank whose process is killed in the middle of a collective,
+  a barrier, a receive or a send makes every survivor's call fail within a few
+  seconds (the group timeout is a minute), naming the dead rank; the
+  survivors can still destroy the group, and nothing is left in /dev/shm.
+* Build: a compiler error becomes one line naming the first error, reported
+  as the backend's unavailability, and is not retried per case.
+
+The life-cycle test builds the extension if this checkout never did (once,
+a few minutes on a small machine; native/build.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEGMENT_PREFIX = "distconform-native-"
+
+
+# ------------------------------------------------------------- rank side
+def _snapshot() -> dict:
+    threads = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                threads.append(fh.read().strip())
+        except FileNotFoundError:
+            pass
+    with open("/proc/self/maps") as fh:
+        maps = [line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
+                for line in fh if SEGMENT_PREFIX in line]
+    return {
+        "native_threads": sorted(t for t in threads if t.startswith("native-")),
+        "maps": maps,
+        "fds": sorted(os.listdir("/proc/self/fd")),
+        "shm": sorted(name for name in os.listdir("/dev/shm") if name.startswith(SEGMENT_PREFIX)),
+    }
+
+
+def lifecycle_rank(store_path: str, rank: int, world_size: int, out_path: str) -> None:
+    """One rank: snapshot, init, use every path (collective, subgroup, p2p), snapshot, destroy, snapshot."""
+    import gc
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import native  # noqa: F401  (registers the backend)
+
+    store = dist.FileStore(store_path, world_size)
+    before = _snapshot()
+    dist.init_process_group("native", store=store, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=60))
+    tensor = torch.ones(1 << 16)
+    dist.all_reduce(tensor)
+    sub = dist.new_group(list(range(world_size)))
+    dist.broadcast(tensor, 0, group=sub)
+    if rank == 0:
+        dist.send(tensor, 1)
+    elif rank == 1:
+        dist.recv(tensor, 0)
+    dist.barrier()
+    during = _snapshot()
+    dist.destroy_process_group()
+    del sub
+    gc.collect()
+    after = _snapshot()
+    with open(out_path, "w") as fh:
+        json.dump({"before": before, "during": during, "after": after, "sum": tensor.sum().item()}, fh)
+
+
+def dead_peer_rank(store_path: str, rank: int, world_size: int, scenario: str, victim: str, out_path: str) -> None:
+    """One rank of a group that loses ``victim`` (SIGKILL) while the others wait on it in ``scenario``."""
+    import signal
+    import threading
+    import time
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import native  # noqa: F401  (registers the backend)
+
+    store = dist.FileStore(store_path, world_size)
+    dist.init_process_group("native", store=store, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=60))
+    victim_rank = int(victim)
+    dist.barrier()  # everybody attached and alive
+    die = lambda: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731
+    if rank == victim_rank:
+        if scenario == "all_reduce":  # killed while the loop below is in some collective's rounds
+            threading.Timer(0.5, die).start()
+        elif scenario in ("recv", "send"):
+            time.sleep(0.5)
+            die()
+        else:  # the others wait for it in the barrier
+            die()
+    error, elapsed = None, None
+    big = torch.ones(4 << 20)  # 16 MiB: every all_reduce takes several rounds
+    small = torch.zeros(4)
+    stop_at = time.monotonic() + 20
+    while error is None and time.monotonic() < stop_at:
+        started = time.monotonic()
+        try:
+            if scenario == "all_reduce":
+                dist.all_reduce(big)
+            elif scenario == "barrier":
+                dist.barrier()
+            elif scenario == "send":  # 4 MiB through a 1 MiB ring nobody drains: blocked on ring space
+                dist.send(big[: 1 << 20], victim_rank)
+            else:
+                dist.recv(small, victim_rank)
+        except Exception as exc:  # noqa: BLE001  (the failure is what this rank reports)
+            error, elapsed = str(exc), time.monotonic() - started
+    dist.destroy_process_group()
+    with open(out_path, "w") as fh:
+        json.dump({"error": error, "elapsed": elapsed, "after": _snapshot()}, fh)
+
+
+# ------------------------------------------------------------------ tests
+def _run_ranks(tmp_path, world_size: int, function: str, *args, timeout: float = 180) -> list:
+    """Start ``world_size`` rank processes running ``tests.test_native.<function>``; their (returncode, output, pid)."""
+    procs = []
+    for rank in range(world_size):
+        code = (f"import sys; from tests.test_native import {function}; "
+                f"{function}(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:-1], sys.argv[-1])")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / "store"), str(rank), str(world_size), *map(str, args),
+             str(tmp_path / f"rank{rank}.json")], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outputs = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail(f"the ranks did not finish within {timeout:g} s")
+        outputs.append((proc.returncode, out.decode(errors="replace"), proc.pid))
+    return outputs
+
+
+def _built() -> None:
+    from native import build
+
+    try:
+        build.load()  # build here, not inside the timed ranks
+    except build.BuildFailed as exc:
+        pytest.fail(f"the native extension does not build: {exc}")
+
+
+@pytest.mark.parametrize("scenario, world_size", [("all_reduce", 3), ("barrier", 3), ("recv", 2), ("send", 2)])
+def test_dead_peer_fails_the_survivors_fast_naming_it(tmp_path, scenario, world_size):
+    """A rank killed mid-collective/barrier/recv/send: every survivor fails within seconds, naming it; no segment left."""
+    pytest.importorskip("torch")
+    _built()
+    victim = world_size - 1
+    results = _run_ranks(tmp_path, world_size, "dead_peer_rank", scenario, victim)
+    assert results[victim][0] == -9, f"the victim was to be killed, it exited {results[victim][0]}"
+    for rank in range(world_size):
+        if rank == victim:
+            continue
+        code, output, _ = results[rank]
+        assert code == 0, f"rank {rank} exited {code}:\n{output[-3000:]}"
+        with open(tmp_path / f"rank{rank}.json") as fh:
+            seen = json.load(fh)
+        assert seen["error"], f"rank {rank}: no call failed after rank {victim} was killed"
+        assert f"group ranks [{victim}]" in seen["error"] and "died" in seen["error"], seen["error"]
+        # the group timeout is 60 s; liveness is checked every 50 ms while a rank sleeps
+        assert seen["elapsed"] < 10, f"rank {rank} noticed the death after {seen['elapsed']:.1f} s: {seen['error']}"
+        assert seen["after"]["native_threads"] == [] and seen["after"]["maps"] == [], seen["after"]
+        # the segment's name carries the pid of the rank that created it (rank 0); other groups may live here
+        ours = [name for name in seen["after"]["shm"] if name.startswith(f"{SEGMENT_PREFIX}{results[0][2]}-")]
+        assert ours == [], f"names left in /dev/shm: {ours}"
+
+
+def test_destroy_leaves_no_thread_segment_or_fd(tmp_path):
+    """After destroy_process_group a rank has no native thread, mapping, /dev/shm name or extra fd."""
+    pytest.importorskip("torch")
+    from native import build
+
+    try:
+        build.load()  # build here, not inside the timed ranks
+    except build.BuildFailed as exc:
+        pytest.fail(f"the native extension does not build: {exc}")
+    world_size = 2
+    procs = []
+    for rank in range(world_size):
+        code = ("import sys; from tests.test_native import lifecycle_rank; "
+                "lifecycle_rank(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / "store"), str(rank), str(world_size),
+             str(tmp_path / f"rank{rank}.json")], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outputs = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail("the life-cycle ranks did not finish within 180 s")
+        outputs.append(out.decode(errors="replace"))
+    for rank, proc in enumerate(procs):
+        assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}:\n{outputs[rank][-3000:]}"
+    for rank in range(world_size):
+        with open(tmp_path / f"rank{rank}.json") as fh:
+            seen = json.load(fh)
+        before, during, after = seen["before"], seen["during"], seen["after"]
+        # the probe sees what it looks for: two groups, each a worker and a p2p thread and one mapping
+        assert during["native_threads"] == ["native-p2p"] * 2 + ["native-worker"] * 2, during
+        assert len(during["maps"]) == 2, during["maps"]
+        # the name is unlinked as soon as every rank mapped the segment
+        assert during["shm"] == [], f"rank {rank}: segment names left in /dev/shm while the group lives: {during['shm']}"
+        assert after["native_threads"] == [], f"rank {rank}: threads left after destroy: {after['native_threads']}"
+        assert after["maps"] == [], f"rank {rank}: segments still mapped after destroy: {after['maps']}"
+        assert after["shm"] == [], f"rank {rank}: names left in /dev/shm: {after['shm']}"
+        leaked = sorted(set(after["fds"]) - set(before["fds"]), key=int)
+        assert not leaked, f"rank {rank}: file descriptors opened by the group and never closed: {leaked}"
+        assert seen["sum"] == 2.0 * (1 << 16)
+
+
+COMPILER_OUTPUT = """Error building extension 'distconform_native_clean': [1/5] c++ -MMD -MF segment.o.d ... -c segment.cpp -o segment.o
+FAILED: segment.o
+c++ -MMD -MF segment.o.d -DTORCH_EXTENSION_NAME=distconform_native_clean -O3 -c /x/native/segment.cpp -o segment.o
+In file included from /x/native/segment.cpp:17:
+/x/native/segment.cpp:212:5: error: 'roundd' was not declared in this scope; did you mean 'round'?
+  212 |     roundd(fp);
+/x/native/segment.cpp:230:1: error: expected ';' before '}' token
+ninja: build stopped: subcommand failed.
+"""
+
+
+def test_failed_build_is_one_line_reason_reported_once(tmp_path, monkeypatch):
+    """A compiler error makes the backend unavailable with the first error line, and is not retried."""
+    pytest.importorskip("torch")
+    from torch.utils import cpp_extension
+
+    import native
+    from native import build
+
+    calls = []
+
+    def failing_load(**kwargs):
+        calls.append(kwargs["name"])
+        raise RuntimeError(COMPILER_OUTPUT)
+
+    monkeypatch.setattr(build, "BUILD_ROOT", tmp_path)
+    monkeypatch.setattr(build, "_LOADED", {})
+    monkeypatch.setattr(build, "_FAILED", {})
+    monkeypatch.setattr(cpp_extension, "load", failing_load)
+    spec = native.register("native_broken_build", "skip_last_rank")
+    first = spec.availability()
+    second = spec.availability()
+    assert not first.available
+    assert first.reason == ("native build failed: /x/native/segment.cpp:212:5: error: 'roundd' was not declared "
+                            "in this scope; did you mean 'round'?")
+    assert "\n" not in first.reason
+    assert second == first
+    assert calls == ["distconform_native_skip_last_rank"], "a failed build must be remembered, not retried per case"
+
+
+def test_build_folder_is_keyed_by_torch_version_variant_and_sources():
+    """Each variant and each torch version gets its own folder; the folder is git-ignored."""
+    import torch
+
+    from native import build
+
+    clean, bug = build.build_dir(""), build.build_dir("skip_last_rank")
+    assert clean != bug
+    assert clean.name.startswith(f"torch{torch.__version__}-clean-")
+    assert bug.name.startswith(f"torch{torch.__version__}-skip_last_rank-")
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(clean)], cwd=REPO_ROOT)
+    assert ignored.returncode == 0, f"{clean} is not git-ignored"
+    with pytest.raises(ValueError, match="unknown native variant"):
+        build.build_dir("no_such_bug")
