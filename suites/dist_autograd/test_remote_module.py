@@ -154,6 +154,9 @@ def sent_to_third_worker():
 def extra_attribute_not_sent():
     rm = training.nn_module().RemoteModule(f"{peer_name()}/cpu", training.Seeded, args=(0,))
     rm.new_attr = 1  # neither sent nor declared as deliberately kept back
+    # The module must exist before it goes back to its owner: TensorPipe loses the owner's call to itself
+    # otherwise (agent gap rref_to_owner_before_created, checked by suites/rpc/test_rrefs.py on its own).
+    rm.get_module_rref().to_here()
     with callee_log() as log:
         _, keys = lifecycle.rpc().rpc_sync(peer_name(), training.forward_remote_module, (rm, torch.ones(1, 4)))
     return keys, "".join(log)

@@ -2,7 +2,9 @@
 
 ``to_here`` fetches the value; ``owner``/``owner_name`` name the callee and
 ``is_owner`` is false on the caller; on the owner the same RRef is its own
-(``is_owner``, ``local_value``). Methods called through the proxies
+(``is_owner``, ``local_value``), also when it arrives before ``remote()`` has
+finished building the value (the owner waits for the value, and can pass the
+RRef on in a call to itself). Methods called through the proxies
 ``rpc_sync()``, ``rpc_async()`` and ``remote()`` run on the owner's one
 object, so their effects add up. An RRef passed to a third worker fetches the
 same value from the owner. A local ``RRef(value)`` is owned by its creator
@@ -16,9 +18,11 @@ from backends.rpc_agents import worker_name
 from fixtures.rank import ctx
 from fixtures import rpc_lifecycle as lifecycle
 from suites.rpc import udfs
-from suites.rpc.common import peer_name
+from suites.rpc.common import outcome_of, peer_name
 
 START = 5
+CREATION_S = 0.3  # how long the owner takes to build a value (a slow remote() function)
+CALL_TIMEOUT_S = 3.0
 
 
 # ---------------------------------------------------------------- rank side
@@ -42,6 +46,14 @@ def owner_sees_its_rref():
     rpc = lifecycle.rpc()
     counter = rpc.remote(peer_name(), udfs.Counter, args=(ctx.rank,))
     return rpc.rpc_sync(peer_name(), udfs.rref_seen_by_owner, args=(counter,))
+
+
+def rref_back_to_owner_while_created():
+    rpc = lifecycle.rpc()
+    rref = rpc.remote(peer_name(), udfs.sleep_then, args=(CREATION_S, ctx.rank))
+    # sent while the owner still runs the creation: the RRef arrives before its value exists
+    return outcome_of(rpc.rpc_sync, peer_name(), udfs.rref_value_via_self, args=(rref, CALL_TIMEOUT_S),
+                      timeout=2 * CALL_TIMEOUT_S)
 
 
 def third_worker_fetches():
@@ -81,6 +93,14 @@ def test_owner_sees_its_own_rref(rpc_agent):
     """An RRef sent back to its owner is the owner's: is_owner() and local_value() there."""
     for rank, (is_owner, value) in enumerate(rpc_agent.run(owner_sees_its_rref)):
         assert (is_owner, value) == (True, rank), f"rank {rank}: on the owner is_owner={is_owner}, value={value}"
+
+
+@pytest.mark.needs(rpc_feature="rref_to_owner_before_created")
+def test_rref_reaches_owner_before_its_value(rpc_agent):
+    """An RRef sent to its owner while remote() still builds the value works there, even in a call to self."""
+    for rank, got in enumerate(rpc_agent.run(rref_back_to_owner_while_created)):
+        assert not got.raised, f"rank {rank}: {got.error_type}: {got.error.splitlines()[0]}"
+        assert got.value == rank + 1, f"rank {rank}: the owner read {got.value}, expected {rank + 1}"
 
 
 @pytest.mark.min_world_size(3)

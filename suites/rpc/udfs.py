@@ -145,6 +145,16 @@ def rref_seen_by_owner(rref):
     return rref.is_owner(), rref.local_value().value()
 
 
+def rref_value_via_self(rref, timeout_s):
+    """Run on the owner: pass its own RRef to itself in a call to self and read it there (+1)."""
+    rpc = lifecycle.rpc()
+    return rpc.rpc_sync(rpc.get_worker_info().name, rref_local_plus_one, args=(rref,), timeout=timeout_s)
+
+
+def rref_local_plus_one(rref):
+    return rref.local_value() + 1
+
+
 def rref_fetch(rref):
     """Run on a third worker: fetch the value through a forked user RRef."""
     return rref.to_here().value(), rref.owner().name, rref.is_owner()
