@@ -142,11 +142,7 @@ def test_stored_baseline_is_loadable_and_says_how_it_was_made():
             for r in data["records"]}
     expected = {(agent, "gloo", 4, benchmark, mode, profiled)
                 for agent in ("tensorpipe", "reference-pg", "reference-tp")
-                for benchmark, mode, profiled in rpc_stress.plan(parse_args(["--profile"]))
-                # NOT YET IN THE BASELINE: the train benchmark needs the reference agents' distributed
-                # autograd (issue 12); the baseline gets its records when it is next measured on a quiet
-                # machine with every agent. Until then train records are listed as "not in the baseline".
-                if benchmark != "train"}
+                for benchmark, mode, profiled in rpc_stress.plan(parse_args(["--profile"]))}
     assert keys == expected  # the default run, with --profile, on every agent
     for r in data["records"]:
         for field in REQUIRED:
