@@ -154,6 +154,25 @@ void checkList(const std::vector<at::Tensor>& list, int n, const at::Tensor& lik
   }
 }
 
+// The (outputs[i], inputs[i]) pairs of a coalesced collective, one job for all: as many outputs as inputs, and
+// each pair of one dtype with its whole side n times its part (all_gather: outputs whole; reduce_scatter: inputs).
+void checkCoalescedPairs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                         bool outputsWhole, int n, const char* what) {
+  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "native: ", what, " takes ",
+              "as many outputs as inputs (at least one), got ", outputs.size(), " and ", inputs.size());
+  const char* wholeName = outputsWhole ? "output" : "input";
+  const char* partName = outputsWhole ? "input" : "output";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(outputs[i], what);
+    checkTensor(inputs[i], what);
+    const at::Tensor& whole = outputsWhole ? outputs[i] : inputs[i];
+    const at::Tensor& part = outputsWhole ? inputs[i] : outputs[i];
+    TORCH_CHECK(whole.scalar_type() == part.scalar_type() && whole.numel() == part.numel() * n, "native: ", what,
+                " ", wholeName, " ", i, " ", whole.scalar_type(), " ", whole.sizes(), " is not ", n, " x ", partName,
+                " ", part.scalar_type(), " ", part.sizes());
+  }
+}
+
 // A contiguous tensor the result lands in: the caller's own if it is contiguous.
 at::Tensor landing(const at::Tensor& t) {
   return t.is_contiguous() ? t : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
@@ -795,16 +814,7 @@ void NativeBackend::runAllgatherInto(const at::Tensor& out, const at::Tensor& in
 c10::intrusive_ptr<c10d::Work> NativeBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                               std::vector<at::Tensor>& inputs,
                                                                               const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "native: all_gather_into_tensor_coalesced takes ",
-              "as many outputs as inputs (at least one), got ", outputs.size(), " and ", inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(outputs[i], "all_gather_into_tensor_coalesced");
-    checkTensor(inputs[i], "all_gather_into_tensor_coalesced");
-    TORCH_CHECK(outputs[i].scalar_type() == inputs[i].scalar_type() &&
-                    outputs[i].numel() == inputs[i].numel() * getSize(),
-                "native: all_gather_into_tensor_coalesced output ", i, " ", outputs[i].scalar_type(), " ",
-                outputs[i].sizes(), " is not ", getSize(), " x input ", inputs[i].scalar_type(), " ", inputs[i].sizes());
-  }
+  checkCoalescedPairs(outputs, inputs, /*outputsWhole=*/true, getSize(), "all_gather_into_tensor_coalesced");
   const std::vector<at::Tensor> outs = outputs, ins = inputs;
   Fingerprint fp = fingerprint(kAllgather, &ins[0], -1, -1);
   fp.tensors = static_cast<int32_t>(ins.size());
@@ -939,16 +949,7 @@ void NativeBackend::runReduceScatterInto(const at::Tensor& out, const at::Tensor
 c10::intrusive_ptr<c10d::Work> NativeBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                               std::vector<at::Tensor>& inputs,
                                                                               const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "native: reduce_scatter_tensor_coalesced takes ",
-              "as many outputs as inputs (at least one), got ", outputs.size(), " and ", inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(outputs[i], "reduce_scatter_tensor_coalesced");
-    checkTensor(inputs[i], "reduce_scatter_tensor_coalesced");
-    TORCH_CHECK(outputs[i].scalar_type() == inputs[i].scalar_type() &&
-                    inputs[i].numel() == outputs[i].numel() * getSize(),
-                "native: reduce_scatter_tensor_coalesced input ", i, " ", inputs[i].scalar_type(), " ",
-                inputs[i].sizes(), " is not ", getSize(), " x output ", outputs[i].scalar_type(), " ", outputs[i].sizes());
-  }
+  checkCoalescedPairs(outputs, inputs, /*outputsWhole=*/false, getSize(), "reduce_scatter_tensor_coalesced");
   std::vector<Reduction> hows;
   for (auto& o : outputs) hows.push_back(makeReduction(opts.reduceOp, o.scalar_type(), getSize()));
   const std::vector<at::Tensor> outs = outputs, ins = inputs;
