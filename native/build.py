@@ -36,6 +36,7 @@ VARIANTS = {
     "any_source_rank0": ("-DNATIVE_BUG_ANY_SOURCE_RANK0",),
     "premul_first_only": ("-DNATIVE_BUG_PREMUL_FIRST_ONLY",),
     "complex_as_real": ("-DNATIVE_BUG_COMPLEX_AS_REAL",),
+    "abort_waits": ("-DNATIVE_BUG_ABORT_WAITS",),
 }
 
 _LOADED: dict[str, ModuleType] = {}

@@ -337,7 +337,9 @@ class NativeBackend : public c10d::Backend {
     return seq_;
   }
   void shutdown() override;
-  void abort() override { shutdown(); }
+  // abort: what is in flight fails within a slice of its sleep (checkAbortedOrDead), then shutdown as usual;
+  // shutdown alone lets queued work run to completion or to its deadline.
+  void abort() override;
   // Coalescing (torch's _coalescing_manager(device=...), and batch_isend_irecv
   // once a backend says it supports it): the collectives, sends and receives
   // issued between the two calls run as usual, and endCoalescing returns one
@@ -437,6 +439,7 @@ class NativeBackend : public c10d::Backend {
   [[noreturn]] void timedOut(uint64_t round, const Fingerprint& fp, bool waitingForConsumers);
   std::string describeRanks(const std::vector<int>& ranks) const;
   void checkPeersAlive(const std::vector<int>& ranks, const Fingerprint& fp);
+  void checkAbortedOrDead(const Fingerprint& fp);  // every slice of a collective's sleep
   std::vector<int> deadAmong(const std::vector<int>& ranks);
   void initSync();  // after the segment exists: wait policy, round size, peers_
   void failReceivesFromDead();
@@ -485,6 +488,7 @@ class NativeBackend : public c10d::Backend {
   std::atomic<bool> p2pStop_{false};
   std::thread progress_;
   bool shutDown_ = false;
+  std::atomic<bool> aborted_{false};  // set by abort() in any thread, read by the worker's waits
   std::mutex shutdownLock_;
 };
 

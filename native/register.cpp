@@ -28,6 +28,11 @@ NativeBackend::NativeBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
 
 NativeBackend::~NativeBackend() { shutdown(); }
 
+void NativeBackend::abort() {
+  aborted_.store(true);
+  shutdown();
+}
+
 void NativeBackend::shutdown() {
   std::lock_guard<std::mutex> once(shutdownLock_);
   if (shutDown_) return;

@@ -286,6 +286,21 @@ std::vector<int> NativeBackend::deadAmong(const std::vector<int>& ranks) {
   return dead;
 }
 
+// An aborted group ends the collective now, not at its deadline; so does a dead peer.
+void NativeBackend::checkAbortedOrDead(const Fingerprint& fp) {
+#ifndef NATIVE_BUG_ABORT_WAITS  // planted: an abort leaves the collective waiting until its deadline
+  if (aborted_.load()) {
+    std::ostringstream msg;
+    msg << "native: " << opName(fp.op) << " (collective #" << fp.seq << ") aborted on rank " << getRank()
+        << ": the group was aborted";
+    broken_ = true;
+    brokenWhy_ = msg.str();
+    TORCH_CHECK(false, brokenWhy_);
+  }
+#endif
+  checkPeersAlive(peers_, fp);
+}
+
 // Every peer, not only the ones this wait is for: a peer that failed because a
 // third rank died does not post either, and its waiters must not sit out the
 // whole timeout for it.
@@ -308,7 +323,7 @@ void NativeBackend::publishAndWait(uint64_t round, Clock::time_point deadline, c
   arrive(seg->posted, n * round);
   waitUntil(
       seg->posted.word, &seg->posted.sleepers, policy_, [&] { return seg->posted.count.load() >= n * round; },
-      deadline, [&] { timedOut(round, fp, false); }, [&] { checkPeersAlive(peers_, fp); });
+      deadline, [&] { timedOut(round, fp, false); }, [&] { checkAbortedOrDead(fp); });
 }
 
 namespace {
@@ -401,7 +416,7 @@ uint64_t NativeBackend::beginRound(Clock::time_point deadline, const Fingerprint
     const uint64_t target = static_cast<uint64_t>(getSize()) * (r - 2);
     waitUntil(
         seg->consumed.word, &seg->consumed.sleepers, policy_, [&] { return seg->consumed.count.load() >= target; },
-        deadline, [&] { timedOut(r, fp, true); }, [&] { checkPeersAlive(peers_, fp); });
+        deadline, [&] { timedOut(r, fp, true); }, [&] { checkAbortedOrDead(fp); });
   }
   return r;
 }
