@@ -151,6 +151,11 @@ GLOO_GAPS += (
         "scalar type' (send/recv carry them; torch 2.13)",
     ),
     Gap(
+        {"feature": "sparse", "dtype": ("complex64", "complex128")},
+        "gloo's sparse all_reduce has no complex dtypes: the group's allreduce of a complex COO tensor fails with "
+        "'RuntimeError: Invalid scalar type' (dense complex works; torch 2.13)",
+    ),
+    Gap(
         {"feature": "work_sequence_number", "collective": "reduce_scatter"},
         "gloo's list-form reduce_scatter advances the group's sequence number by the world size, not by one "
         "(observed on torch 2.13: 3 -> 5 at world size 2, 3 -> 6 at world size 3), so sequence numbers no longer "

@@ -17,7 +17,10 @@
   (int8/int16: all ops; uint16/32/64: PRODUCT and the bitwise ops).
 * PREMUL_SUM (``dist._make_nccl_premul_sum(factor)``): every input scaled by
   the factor, then summed; a backend without it declares the gap.
-* sparse COO all_reduce SUM: indices merged, values at equal indices added.
+* sparse COO all_reduce SUM: indices merged, values at equal indices added;
+  complex ones too, through the group's own allreduce (dist.all_reduce takes
+  a real-view copy of a complex tensor, which for a sparse one loses the sum
+  on every backend: torch 2.13).
 
 Bit patterns are compared (``view(torch.uint8)``), because torch has no
 equality kernel for float8 and the unsigned types.
@@ -299,12 +302,16 @@ def premul_sum(collective: str, dtype: str, factor: float, factor_kind: str = "f
 SPARSE_SHAPES = {"1d": (10,), "rows": (6, 3)}  # rows: sparse_dim 1 with a dense row, like embedding gradients
 
 
-def sparse_input(rank: int, shape_name: str) -> torch.Tensor:
-    """Rank-specific indices (some shared with other ranks, some not, unsorted, one repeated)."""
+def sparse_input(rank: int, shape_name: str, dtype: str = "float32") -> torch.Tensor:
+    """Rank-specific indices (some shared with other ranks, some not, unsorted, one repeated).
+
+    Complex values get an imaginary part of their own (k - rank), so a real-only path shows."""
     shape = SPARSE_SHAPES[shape_name]
     rows = [rank % shape[0], (rank * 3 + 1) % shape[0], 0, rank % shape[0]]
     dense = shape[1:]
-    vals = torch.stack([torch.full(dense, float(rank * 10 + k + 1)) for k in range(len(rows))])
+    kind = getattr(torch, dtype)
+    vals = torch.stack([torch.full(dense, complex(rank * 10 + k + 1, k - rank) if kind.is_complex
+                                   else float(rank * 10 + k + 1), dtype=kind) for k in range(len(rows))])
     return torch.sparse_coo_tensor(torch.tensor([rows]), vals, shape, check_invariants=True)
 
 
@@ -312,6 +319,20 @@ def sparse_all_reduce(shape_name: str):
     tensor = sparse_input(ctx.rank, shape_name)
     dist.all_reduce(tensor)
     return tensor.is_sparse, tensor.to_dense()
+
+
+def group_sparse_all_reduce(shape_name: str, dtype: str):
+    """The group's own allreduce of a complex COO tensor: (error, None) or (None, (is_sparse, dense result)).
+
+    Not dist.all_reduce: for a complex tensor it hands the group torch.view_as_real(tensor), which for a
+    sparse tensor is a copy, so the sum lands in the copy and every rank keeps its input, whatever the
+    backend (measured on gloo, reference and native, torch 2.13)."""
+    tensor = sparse_input(ctx.rank, shape_name, dtype)
+    try:
+        dist.group.WORLD.allreduce([tensor]).wait()
+    except (ValueError, RuntimeError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}", None
+    return None, (tensor.is_sparse, tensor.to_dense())
 
 
 # ------------------------------------------------------------------ clauses
@@ -435,6 +456,20 @@ def test_premul_sum(world, collective, dtype, factor_kind):
         if expected[rank] is not None:
             expect_tensor(got, expected[rank], f"{collective} PREMUL_SUM({factor} as a {factor_kind}) {dtype} "
                                                f"on rank {rank}")
+
+
+@pytest.mark.needs(collective="all_reduce", feature="sparse")
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_sparse_complex_group_all_reduce_sum(world, dtype):
+    """The group's own all_reduce SUM of complex sparse COO tensors adds complex values at equal indices."""
+    n = world.world_size
+    expected = semantics.sparse_all_reduce([sparse_input(r, "rows", dtype) for r in range(n)])[0].to_dense()
+    for rank, (error, got) in enumerate(world.run(group_sparse_all_reduce, "rows", dtype)):
+        assert error is None, f"rank {rank}: the group's sparse {dtype} all_reduce raised {error}"
+        is_sparse, dense = got
+        assert is_sparse, f"rank {rank}: the result is no longer a sparse tensor"
+        expect_tensor(torch.view_as_real(dense), torch.view_as_real(expected),
+                      f"the group's sparse {dtype} all_reduce on rank {rank}")
 
 
 @pytest.mark.needs(collective="all_reduce", feature="sparse")
