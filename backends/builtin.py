@@ -8,7 +8,7 @@ still runs as a strict xfail so the report shows the backend's real error.
 
 from __future__ import annotations
 
-from .spec import Availability, BackendSpec, Gap
+from .spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
 
 INTEGER_DTYPES = ("int32", "int64", "uint8")
 
@@ -161,12 +161,7 @@ GLOO_GAPS += (
         "(observed on torch 2.13: 3 -> 5 at world size 2, 3 -> 6 at world size 3), so sequence numbers no longer "
         "count collectives after one",
     ),
-    Gap(
-        {"feature": "splitting"},
-        "split_group needs a default group bound to an accelerator device: on CPU it fails with 'RuntimeError: No "
-        "device associated with the default pg, not safe to split any process groups' (torch 2.13 splits "
-        "NCCL/XCCL groups only, or gloo under torchcomms)",
-    ),
+    SPLIT_NEEDS_ACCELERATOR,
     Gap(
         {"feature": "shrinking"},
         "gloo cannot shrink a group: shrink_group fails with \"TypeError: Process group backend for '<name>' does "
@@ -198,11 +193,11 @@ GLOO_GAPS += (
 NCCL_GAPS = (
     Gap({"op": ("band", "bor", "bxor")}, "NCCL has no bitwise reductions: 'Cannot use ReduceOp.BAND with NCCL'"),
     Gap({"feature": "recv_any_source"}, "NCCL cannot receive from any source (ProcessGroupNCCL has no recvAnysource)"),
-    Gap({"feature": "monitored_barrier"}, "monitored_barrier is implemented by gloo only"),
+    MONITORED_BARRIER_GLOO_ONLY,
 )
 
 MPI_GAPS = (
-    Gap({"feature": "monitored_barrier"}, "monitored_barrier is implemented by gloo only"),
+    MONITORED_BARRIER_GLOO_ONLY,
     Gap({"feature": "group_timeout"}, "ProcessGroupMPI ignores timeouts: a skipped collective blocks forever",
         outcome="skip", consequence="hangs"),
     Gap({"feature": "barrier_timeout"}, "ProcessGroupMPI ignores timeouts: a skipped barrier blocks forever",
@@ -211,7 +206,7 @@ MPI_GAPS = (
 )
 
 UCC_GAPS = (
-    Gap({"feature": "monitored_barrier"}, "monitored_barrier is implemented by gloo only"),
+    MONITORED_BARRIER_GLOO_ONLY,
     Gap({"feature": "recv_any_source"}, "ProcessGroupUCC does not implement recvAnysource"),
 )
 

@@ -269,6 +269,19 @@ def gap_for(gaps: Iterable[Gap], env: Mapping[str, str] | None = None, **need: o
     return None
 
 
+# Gaps torch itself imposes on backends (its Python layer refuses before the backend is asked): one
+# declaration each, listed by every spec they hold for.
+MONITORED_BARRIER_GLOO_ONLY = Gap(
+    {"feature": "monitored_barrier"},
+    "dist.monitored_barrier refuses every backend not named 'gloo' ('monitored_barrier is only implemented for "
+    "GLOO backend')")
+SPLIT_NEEDS_ACCELERATOR = Gap(
+    {"feature": "splitting"},
+    "split_group needs a default group bound to an accelerator device: on CPU torch 2.13 refuses before asking "
+    "the backend ('RuntimeError: No device associated with the default pg, not safe to split any process "
+    "groups'; it splits NCCL/XCCL groups only, or gloo under torchcomms)")
+
+
 # ------------------------------------------------------------- backends
 @dataclass(frozen=True)
 class Availability:

@@ -19,24 +19,20 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import Availability, BackendSpec, Gap
+from backends.spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
 
 from . import build
 
 NAME = "native"
 
 GAPS = (
-    Gap({"feature": "monitored_barrier"},
-        "dist.monitored_barrier refuses every backend not named 'gloo' ('monitored_barrier is only "
-        "implemented for GLOO backend')"),
+    MONITORED_BARRIER_GLOO_ONLY,
     Gap({"feature": "work_sequence_number"},
         "torch's ProcessGroup answers sequence numbers only for its built-in backends: "
         "group._get_sequence_number_for_group() fails with 'RuntimeError: ProcessGroup custom does not yet support "
         "sequence numbers.' before reaching a plugin backend (native counts them: "
         "group._get_backend(torch.device('cpu'))._get_sequence_number_for_group(); torch 2.13)"),
-    Gap({"feature": "splitting"},
-        "split_group needs a default group bound to an accelerator device: on CPU it fails with 'RuntimeError: No "
-        "device associated with the default pg, not safe to split any process groups' (torch 2.13)"),
+    SPLIT_NEEDS_ACCELERATOR,
 )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import Availability, BackendSpec, Gap
+from backends.spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
 
 from .process_group import ReferenceProcessGroup
 
@@ -42,13 +42,8 @@ DISTCONFORM_SPEC = BackendSpec(
     device_type="cpu",
     check_available=lambda: Availability(True),
     gaps=(
-        Gap({"feature": "monitored_barrier"},
-            "dist.monitored_barrier refuses every backend not named 'gloo' ('monitored_barrier is only "
-            "implemented for GLOO backend')"),
-        Gap({"feature": "splitting"},
-            "split_group needs a default group bound to an accelerator device: on CPU torch 2.13 refuses before "
-            "asking the backend ('No device associated with the default pg, not safe to split any process "
-            "groups'), so a CPU backend cannot offer it"),
+        MONITORED_BARRIER_GLOO_ONLY,
+        SPLIT_NEEDS_ACCELERATOR,
         Gap({"feature": "shrinking"},
             "shrink_group asks the group for its C++ device backend, which a Python ProcessGroup does not have: "
             "'RuntimeError: Cannot access device backend for process group ...' (torch 2.13 shrinks through "

@@ -49,7 +49,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroupGloo, _create_work_from_future
 
 from backends.builtin import BUILTIN_SPECS
-from backends.spec import Gap
+from backends.spec import MONITORED_BARRIER_GLOO_ONLY
 
 CPU = torch.device("cpu")
 
@@ -299,9 +299,7 @@ class GlooWrapper(dist.ProcessGroup):
 
 # -------------------------------------------------------------- registering
 WRAPPER_GAPS = (
-    Gap({"feature": "monitored_barrier"},
-        "dist.monitored_barrier refuses every backend not named 'gloo' ('monitored_barrier is only "
-        "implemented for GLOO backend'), so a wrapped gloo cannot offer it"),
+    MONITORED_BARRIER_GLOO_ONLY,
 )
 
 
