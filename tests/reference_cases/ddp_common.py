@@ -4,8 +4,8 @@ Every case builds the same model under the reference DDP
 (backends/reference/ddp/) and under ``torch.nn.parallel.DistributedDataParallel``
 (``IMPLS``, ``wrap``) and compares what they produce (``grads``,
 ``same_grads``, ``describe_difference``, ``error_text``, ``bucket_layout``).
-The persistent gloo worlds of 2 and 3 ranks are module-scoped fixtures: a test
-module takes them by importing ``registry``, ``world2`` and ``world3``.
+The persistent gloo worlds of 2 and 3 ranks are shared by every such module (started once, closed when
+pytest ends): a test module takes them by importing ``registry``, ``world2`` and ``world3``.
 """
 
 from __future__ import annotations
@@ -113,15 +113,24 @@ def start_world(registry, backend, size):
     return World(registry.get(backend), size, ("cpu",) * size).start()
 
 
-@pytest.fixture(scope="module")
-def world2(registry):
-    world = start_world(registry, "gloo", 2)
-    yield world
-    world.close()
+# One world per size for every tests/test_reference_ddp_*.py module, as when they were one file (a world
+# per module starts 5 gloo worlds instead of 2). Closed when pytest ends.
+_WORLDS: dict[int, object] = {}
+
+
+def _shared_world(request, registry, size: int):
+    if size not in _WORLDS:
+        _WORLDS[size] = world = start_world(registry, "gloo", size)
+        request.config.add_cleanup(world.close)
+        request.config.add_cleanup(lambda: _WORLDS.pop(size, None))
+    return _WORLDS[size]
 
 
 @pytest.fixture(scope="module")
-def world3(registry):
-    world = start_world(registry, "gloo", 3)
-    yield world
-    world.close()
+def world2(request, registry):
+    return _shared_world(request, registry, 2)
+
+
+@pytest.fixture(scope="module")
+def world3(request, registry):
+    return _shared_world(request, registry, 3)
