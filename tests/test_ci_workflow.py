@@ -66,11 +66,13 @@ def test_matrix_covers_the_backends_and_uploads_the_report_folder():
     assert "if: always()" in text  # a failing run's report is the one people need
 
 
-def test_readme_shows_how_a_vendor_joins_the_matrix():
+def test_the_docs_show_how_a_vendor_joins_the_matrix():
     with open(os.path.join(REPO_ROOT, "README.md")) as fh:
         readme = fh.read()
-    assert ".github/workflows/conformance.yml" in readme
-    section = readme.split("## Continuous integration", 1)[1].split("\n## ", 1)[0]
+    assert ".github/workflows/conformance.yml" in readme and "docs/contract.md#continuous-integration" in readme
+    with open(os.path.join(REPO_ROOT, "docs", "contract.md")) as fh:
+        section = fh.read().split("## Continuous integration", 1)[1].split("\n## ", 1)[0]
+    assert ".github/workflows/conformance.yml" in section
     assert "--backend-plugin" in section and "include:" in section
 
 
