@@ -116,7 +116,9 @@ def system_path(tmp_path: Path, **commands: str) -> str:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for tool in ("dirname", "id", "cat", "python3", "bash"):
-        (bin_dir / tool).symlink_to(shutil.which(tool))
+        found = shutil.which(tool)
+        assert found, f"{tool} is not installed"
+        (bin_dir / tool).symlink_to(found)
     for name, script in commands.items():
         stand_in(bin_dir / name, script)
     return str(bin_dir)

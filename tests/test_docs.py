@@ -1,9 +1,9 @@
-"""The docs stay true to the tree: the module map names every module, and every relative link resolves.
+"""The docs stay true to the tree: the module map names every module, and every path and link resolves.
 
 docs/architecture.md's "Module map" is the one list of the project's modules. A module added, moved or
 renamed under backends/, fixtures/, suites/, reports/ or native/ fails here, naming it, until the map says
 what it is; a path the map names that no longer exists fails too. Links between README.md and docs/*.md
-(and their #anchors) must lead somewhere.
+(and their #anchors) must lead somewhere, and so must every repository path the pages name in backticks.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def broken_links(page: Path) -> list[str]:
         path, _, fragment = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
         if not resolved.exists():
-            broken.append(f"{target} (no file {resolved.relative_to(REPO_ROOT) if resolved.is_relative_to(REPO_ROOT) else resolved})")
+            shown = resolved.relative_to(REPO_ROOT) if resolved.is_relative_to(REPO_ROOT) else resolved
+            broken.append(f"{target} (no file {shown})")
         elif fragment and resolved.suffix == ".md" and fragment not in anchors(resolved):
             broken.append(f"{target} (no heading #{fragment} in {resolved.relative_to(REPO_ROOT)})")
     return broken
@@ -133,3 +134,26 @@ def test_the_link_check_sees_a_broken_link_and_a_broken_anchor(tmp_path, monkeyp
     page.write_text("# Title\n\n## Writing a backend in C++\n\n[ok](#writing-a-backend-in-c) [self](page.md#title) "
                     "[gone](missing.md) [bad](#nowhere) [web](https://example.org)\n\n```sh\n[x](in-a-fence.md)\n```\n")
     assert broken_links(page) == ["missing.md (no file missing.md)", "#nowhere (no heading #nowhere in page.md)"]
+
+
+# ------------------------------------------------------------------ paths named in the text
+REPO_PATH = re.compile(r"`((?:backends|fixtures|suites|reports|native|tests|docs|\.ci|\.github)/[^`\s]*)`")
+RUN_OUTPUT = ("reports/out/",)  # what a run writes (git-ignored): named, never committed
+
+
+def missing_paths(page: Path) -> list[str]:
+    """Repository paths named in backticks that do not exist (placeholders such as <report-dir> are not paths)."""
+    missing = []
+    for token in REPO_PATH.findall(page.read_text()):
+        path = token.split("::")[0]  # tests/test_launch.py::test_mpirun names a file
+        if re.search(r"[<>{}*]", path) or path.startswith(RUN_OUTPUT):
+            continue
+        if not (REPO_ROOT / path).exists() and path not in missing:
+            missing.append(path)
+    return missing
+
+
+def test_every_repository_path_the_readme_and_docs_name_exists():
+    missing = {page.relative_to(REPO_ROOT).as_posix(): paths for page in pages() if (paths := missing_paths(page))}
+    assert not missing, "paths named in the docs that do not exist: " + "; ".join(
+        f"{page}: {', '.join(paths)}" for page, paths in missing.items())
