@@ -198,3 +198,15 @@ def test_ci_run_runs_setup_then_pytest_and_fails_when_pytest_fails(tmp_path, pyt
                          capture_output=True, text=True, timeout=60)
     assert ran.returncode == pytest_rc, ran.stderr
     assert calls(tmp_path)[-1] == "python -m pytest tests/ OMPI=" + ("1" if os.getuid() == 0 else "")
+
+
+def test_ci_run_fails_without_running_pytest_when_setup_fails(tmp_path):
+    root = checkout(tmp_path)
+    (root / ".venv" / "bin" / "python").unlink()
+    stand_in(root / ".venv" / "bin" / "python", f'echo "python $*" >> "{tmp_path}/calls"\n')
+    (root / STAMP).write_text("stale\n")  # so setup runs pip, which fails
+    ran = subprocess.run([str(root / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PIP_RC": "1", "PATH": system_path(tmp_path, **{"c++": ""})})
+    assert ran.returncode == 1, ran.stderr
+    assert "pip install -q -r requirements.txt" in calls(tmp_path)
+    assert not [c for c in calls(tmp_path) if "-m pytest" in c], calls(tmp_path)
