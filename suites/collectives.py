@@ -310,8 +310,8 @@ def _call_all_to_all_single(fn, a: Args):
               group=a.group, async_op=a.async_op)
 
 
-# The ``*_coalesced`` functions: one call for a list of tensors (Args.inputs / outputs: one entry per tensor;
-# all_gather_coalesced's outputs: per group rank, a list with one output per input).
+# The ``*_coalesced`` functions: several calls as one. Args.inputs: each call's (one) input tensor;
+# Args.outputs: each call's outputs, as ``outputs`` lays them out ([] for in-place collectives).
 def _call_all_reduce_coalesced(fn, a: Args):
     with warnings.catch_warnings():  # torch deprecates it; it is still a c10d entry point
         warnings.simplefilter("ignore")
@@ -321,7 +321,7 @@ def _call_all_reduce_coalesced(fn, a: Args):
 def _call_all_gather_coalesced(fn, a: Args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fn(a.outputs, a.inputs, group=a.group, async_op=a.async_op)
+        return fn([list(per_rank) for per_rank in zip(*a.outputs)], a.inputs, group=a.group, async_op=a.async_op)
 
 
 # ------------------------------------------------------------ the oracle
