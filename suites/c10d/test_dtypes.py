@@ -421,7 +421,7 @@ def test_narrow_int_all_reduce(world, dtype, op):
 
 @pytest.mark.needs(feature="premul_sum", op="premul_sum")
 @pytest.mark.parametrize("factor_kind", ["float", "tensor"])
-@pytest.mark.parametrize("collective", [pytest.param(c.name, id=c.family)  # one form per family takes it
+@pytest.mark.parametrize("collective", [pytest.param(c.name, id=c.bench_name)
                                         for c in collectives.with_dtypes_reduced(collectives.PREMUL_SUM)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_premul_sum(world, collective, dtype, factor_kind):

@@ -213,7 +213,7 @@ def _expected_grads(collective: str, n: int) -> list[torch.Tensor]:
 
 
 @pytest.mark.needs(feature="autograd")
-@pytest.mark.parametrize("collective", [pytest.param(c.name, id=c.family) for c in collectives.functional()])
+@pytest.mark.parametrize("collective", [pytest.param(c.name, id=c.bench_name) for c in collectives.functional()])
 def test_funcol_backward(world, collective):
     """Autograd through a functional collective: every rank's input gradient is the adjoint collective of the output gradients."""
     results = world.run(funcol_backward, collective)
