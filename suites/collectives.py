@@ -14,19 +14,39 @@ table; this is both):
   writes its input;
 * ``reduces``, ``flow``: whether it takes a reduce op; whether data goes
   between all ranks, out of the root or into the root (rooted);
-* ``issue``: how a rank calls it, from an ``Args``;
+* ``call`` and ``entry_points``: how a rank calls it, from an ``Args``, and
+  the torch.distributed functions of that signature (torch 2.13's
+  ``all_gather_single`` / ``reduce_scatter_single`` first, their older
+  names after); ``issue(args, entry_point=None)`` calls through one of them;
 * ``oracle``: what every rank must hold afterwards, computed with
   backends/reference/semantics.py over every rank's input chunks;
-* ``bus_factor``: nccl-tests' busbw / algbw at n ranks.
+* ``bus_factor``: nccl-tests' busbw / algbw at n ranks;
+* ``async_entry_point``, ``coalesced``: the other ways it is issued (async_op=True;
+  its ``*_coalesced`` function, c10d's ``_coalescing_manager``);
+* ``dtypes_moved`` / ``dtypes_reduced``: the dtype groups (FLOAT8, NARROW_INT,
+  COMPLEX; COMPLEX, PREMUL_SUM) it carries bit for bit or reduces exactly;
+* ``functional``: its form in torch.distributed._functional_collectives, its
+  differentiable form and its adjoint (the collective its backward is).
+
+A collective has one name, the table's key (torch's function name where it
+has one). The benchmark shows nccl-tests' names (``bench_name``: all_gather
+is the one-tensor form); the command line turns them into records once.
 
 Readers: suites/c10d/differential.py (generated calls and their expectation),
-suites/c10d/test_timeouts.py (a collective one rank skips), the requirements
-(``need``) of the cases of suites/c10d/test_entry_points.py, test_dtypes.py
-and test_bad_input.py,
+suites/c10d/test_timeouts.py (a collective one rank skips),
+suites/c10d/test_entry_points.py (every entry point, coalesced form and
+async call), test_dtypes.py (what moves and what reduces which dtypes),
+test_coalescing.py (the coalescing manager with a device),
+suites/parallel/test_functional.py (functional forms in flight and their
+backward), the requirements (``need``) of those cases and test_bad_input.py's,
 suites/stress/rank_bench.py and suites/stress/metrics.py (the benchmark's
 buffers, check and columns), suites/stress/collectives.py (its options).
-Adding a collective is adding one entry to ``TABLE`` below; every reader
-looks the table up when it runs, never a copy made at import.
+tests/test_collectives_table.py fails when an entry is not run by the dtype,
+entry-point and differential clauses (and the coalescing and functional ones
+where it has those forms). Adding a collective is adding one entry to
+``TABLE`` below (tests/harness_cases/extra_collective.py does it from a
+plugin); readers look the table up when they run or when pytest collects
+them (a --backend-plugin is imported before), never from a copy of their own.
 
 The table lives in ``suites/`` beside values.py and compat.py because it is
 knowledge of the contract's calls, shared by the contract suites and the
