@@ -135,7 +135,7 @@ def call_aliased_then_distinct(name: str, dtype: str) -> tuple[str | None, torch
 
 def rows_sent(sender: int, receiver: int, senders: str) -> int:
     """Rows ``sender`` sends ``receiver``: none from a silent rank, else 1 + receiver."""
-    silent = senders == "nobody" or (senders == "odd_ranks" and sender % 2 == 0)
+    silent = senders.startswith("nobody") or (senders == "odd_ranks" and sender % 2 == 0)
     return 0 if silent else 1 + receiver
 
 
@@ -152,8 +152,10 @@ def call_sending_nothing(name: str, senders: str, dtype: str) -> tuple[list, lis
     sends, fills = split_chunks(me, n, senders, dtype)
     ins = [guarded(t, ctx.device) for t in collectives.pack(entry.inputs, sends)]
     outs = [guarded(t, ctx.device) for t in collectives.pack(entry.outputs, fills)]
+    given = senders != "nobody_no_splits"  # else the even split of empty tensors, no sizes passed
     issue(entry, [view for view, _ in ins], [view for view, _ in outs],
-          input_splits=[t.shape[0] for t in sends], output_splits=[t.shape[0] for t in fills])
+          input_splits=[t.shape[0] for t in sends] if given else None,
+          output_splits=[t.shape[0] for t in fills] if given else None)
     return [buffer.cpu() for _, buffer in ins], [buffer.cpu() for _, buffer in outs]
 
 
@@ -238,14 +240,19 @@ def test_aliased_output_list(world, name):
                                           f"{entry.labels[1]}[{i}] on rank {rank}")
 
 
-# nobody sending moves only empty tensors (a shape= requirement, as backends' empty-tensor gaps are keyed)
-SENDERS = [pytest.param("nobody", id="nobody", marks=pytest.mark.needs(split="even", shape="empty")),
-           pytest.param("odd_ranks", id="odd_ranks", marks=pytest.mark.needs(split="uneven"))]
+# Who sends: nobody (zero split sizes given), nobody_no_splits (empty tensors, no split sizes: the one-tensor
+# form only, the list form takes none), odd_ranks (even ranks send nothing, odd rank i sends j+1 rows to j).
+# Nobody sending moves only empty tensors: a shape= requirement, as backends' empty-tensor gaps are keyed.
+SENDERS = {"nobody": {"split": "even", "shape": "empty"}, "nobody_no_splits": {"split": "even", "shape": "empty"},
+           "odd_ranks": {"split": "uneven"}}
+SENDING_CASES = [pytest.param(name, senders, id=f"{name}-{senders}",
+                              marks=pytest.mark.needs(**collectives.need(name), **need))
+                 for name in SPLIT for senders, need in SENDERS.items()
+                 if senders != "nobody_no_splits" or collectives.get(name).inputs.packing == "tensor"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("senders", SENDERS)
-@pytest.mark.parametrize("name", cases(SPLIT))
+@pytest.mark.parametrize("name,senders", SENDING_CASES)
 def test_all_to_all_sending_nothing(world, name, senders, dtype):
     """all_to_all where no rank, or only odd ranks, send anything: every chunk exact, guards intact, inputs unchanged."""
     entry = collectives.get(name)
