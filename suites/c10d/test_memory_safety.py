@@ -1,6 +1,12 @@
 """Contract: collectives touch exactly the memory they were given.
 
-What production jobs hit after the values are right (resources, not results):
+Outputs placed at a storage offset inside a larger buffer are written and
+nothing around them; out-of-place inputs stay unchanged; in-place calls on
+this rank's chunk (FSDP) are exact; an output list of one buffer repeated
+gets torch's outcome or a clear error and leaves the next call exact;
+all_to_all where no rank, or only some, send anything is exact.
+
+What production jobs hit once the values are right (resources, not results):
 
 * guard regions: every tensor a collective gets sits at a storage offset in a
   larger buffer with slack after it (suites/guard_regions.py); the slack is
@@ -9,12 +15,14 @@ What production jobs hit after the values are right (resources, not results):
   call on a view with a storage offset;
 * in place on a chunk (FSDP): all_gather_into_tensor whose input is this
   rank's chunk of the output, reduce_scatter_tensor whose output is this
-  rank's chunk of the input;
+  rank's chunk of the input (the rest of that input is unspecified after the
+  call: torch does not say, gloo leaves it alone);
 * aliased output lists (``[buf] * N``, as vLLM passes them): torch's outcome
   (gloo, torch 2.13: the list is filled in order, so the one buffer ends up
   holding entry N-1) or a clear error on every rank that passed it; either
   way the next call with distinct buffers is exact;
-* all_to_all (both forms) where no rank, or only some ranks, send anything.
+* all_to_all (both forms) where no rank, or only the odd ranks, send anything
+  (every tensor empty, or some).
 
 Every collective of suites/collectives.py, read from the table (its layout
 says what a rank passes, its oracle what every rank must hold), so an entry
@@ -161,11 +169,10 @@ def call_sending_nothing(name: str, senders: str, dtype: str) -> tuple[list, lis
 
 # ------------------------------------------------------------------ checks
 def expect_inputs_unchanged(entry, rank: int, buffers: list, chunks: list, what: str) -> None:
-    """Out-of-place: every input as it was and its guards intact; in place: its guards (the value is the result)."""
+    """Out of place: every input tensor as it was, and its guards intact."""
     for i, (buffer, original) in enumerate(zip(buffers, collectives.pack(entry.inputs, chunks))):
-        label = f"{what}: {entry.labels[0]}" + (f"[{i}]" if len(buffers) > 1 else "") + f" on rank {rank}"
-        expect_guarded(buffer, None if entry.in_place else original, label + ("" if entry.in_place else
-                                                                             " (unchanged)"))
+        index = f"[{i}]" if len(buffers) > 1 else ""
+        expect_guarded(buffer, original, f"{what}: {entry.labels[0]}{index} on rank {rank} (unchanged)")
 
 
 def packed_expected(entry, got: list) -> list:
