@@ -1,6 +1,7 @@
 """Where distributed autograd meets the agent: forward recording, its requests, clean-up, RRef.backward.
 
-The agent (agent.py) calls in at five points and knows nothing else:
+The agent (agent.py) reaches these five points through the autograd
+envelope layer (envelope.py), and knows nothing else:
 
 * ``wrap_request`` / ``wrap_response``: an RPC request (or a response to a
   request that came inside a context) is pickled here; when the sending
@@ -241,8 +242,7 @@ def _serve_propagate(agent, src, context_id, msg_id, retain, grads):
 
 
 def _serve_rref_backward(agent, rref_id, context_id, retain):
-    with agent.rrefs.lock:
-        entry = agent.rrefs.owned.get(rref_id)
+    entry = agent.rrefs.find(rref_id)
     if entry is None:
         return _done(f"RRef {rref_id} has no value on its owner {agent.info}")
     answer = torch.futures.Future()
@@ -292,7 +292,7 @@ def rref_backward(rref, dist_autograd_ctx_id: int = -1, retain_graph: bool = Fal
     if not 0 <= dist_autograd_ctx_id < 1 << 64:
         raise RuntimeError(UNKNOWN.format(dist_autograd_ctx_id))
     header = messages.encode_rref_backward(rref.rref_id, dist_autograd_ctx_id, retain_graph)
-    error = outcome_text(_settled(agent.request(rref._owner, K_RREF_BACKWARD, header, [])))
+    error = outcome_text(_settled(agent.request(rref._owner_rank(), K_RREF_BACKWARD, header, [])))
     if error is not None:
         raise RuntimeError(error)
 
