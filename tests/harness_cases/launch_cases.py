@@ -1,4 +1,4 @@
-"""Injected failures on a launched world (run by tests/test_launch.py under two torchruns).
+"""Injected failures on a launched world (run by tests/test_launch_*.py under two torchruns).
 
 Each failing test is followed by a normal one: a launched world cannot be
 replaced, so the follower must skip with the one reason the world broke.
