@@ -1,4 +1,4 @@
-"""srun, Open MPI and a real mpirun start a launched world, and the README's sbatch script runs
+"""srun, Open MPI and a real mpirun start a launched world, and the sbatch script of the docs runs
 verbatim under a stand-in srun (docs/clusters.md; tests/harness_cases/launch_nodes.py)."""
 
 from __future__ import annotations
