@@ -111,7 +111,7 @@ OUTCOMES = ("xfail", "skip", "intermittent")
 
 # What running a case that hits the gap does to the world it runs in. On one
 # host the pool forks a new world after a lost one; a world started by a
-# launcher (fixtures/launch.py) cannot be replaced, so it runs such cases last.
+# launcher (fixtures/launch/) cannot be replaced, so it runs such cases last.
 CONSEQUENCES: dict[str, str] = {
     "fails": "the case fails (an error or a wrong value) and the world stays usable",
     "kills_rank": "a rank process aborts or crashes, at once or later (a corrupted heap): the world is lost",

@@ -50,7 +50,7 @@ def test_bind_cpu_is_a_no_op():
     assert bind_rank_to_device("cpu") is None
 
 
-# ---- worlds launched across nodes (fixtures/launch.py): cuda:LOCAL_RANK, never cuda:RANK
+# ---- worlds launched across nodes (fixtures/launch/): cuda:LOCAL_RANK, never cuda:RANK
 from fixtures.devices import Placement, plan_launched_devices  # noqa: E402
 
 
