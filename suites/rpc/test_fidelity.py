@@ -3,7 +3,9 @@
 A torch builtin (``torch.cos``, ``torch.pow``, ...) runs on the callee as the
 aten operator its name names, matched by schema as TorchScript matches it:
 ``torch.cos`` of a tensor returns a tensor (of one element too), ``math.cos``
-of a float returns a float (both are ``aten::cos``). An ``nn.Parameter``
+of a float returns a float (both are ``aten::cos``); a builtin no operator
+implements (``torch.is_tensor``) raises torch's RuntimeError on the caller,
+which matches the schema before sending. An ``nn.Parameter``
 arrives as an ``nn.Parameter`` (requires_grad kept, a leaf), also inside a
 returned module. A tensor whose memory is not row-major (a transpose, a
 permute, channels_last, an expand) arrives with the strides it was sent
@@ -45,6 +47,12 @@ def builtin_calls() -> dict[str, tuple]:
     }
 
 
+# builtins torch's table names but no operator implements: torch's caller refuses them (no schema to match)
+REFUSED_BUILTINS = {"torch.is_tensor": (torch.is_tensor, (torch.ones(1),)),
+                    "torch.get_num_threads": (torch.get_num_threads, ())}
+NO_SCHEMA = "Overloaded torch operator invoked from Python failed to match any schema:"
+
+
 def layout_samples(n: int) -> dict[str, torch.Tensor]:
     """Non-row-major tensors, each with its values offset by ``n`` (so caller and callee send different ones)."""
     base = torch.arange(24.0) + n
@@ -60,7 +68,7 @@ def layout_samples(n: int) -> dict[str, torch.Tensor]:
 def call_builtins() -> dict:
     rpc = lifecycle.rpc()
     return {name: outcome_of(rpc.rpc_sync, peer_name(), fn, args=args)
-            for name, (fn, args) in builtin_calls().items()}
+            for name, (fn, args) in {**builtin_calls(), **REFUSED_BUILTINS}.items()}
 
 
 def parameters_over_rpc():
@@ -87,6 +95,11 @@ def test_builtins_run_the_torch_operator(rpc_agent):
     """A torch builtin runs as its aten operator: torch.cos of a one-element tensor returns a tensor, math.cos a float."""
     calls = builtin_calls()
     for rank, outcomes in enumerate(rpc_agent.run(call_builtins)):
+        for name in REFUSED_BUILTINS:
+            got = outcomes.pop(name)
+            assert got.error_type == "RuntimeError" and got.error.startswith(NO_SCHEMA), \
+                f"rank {rank}: {name} (no aten operator) {got.describe()}; torch's caller raises RuntimeError " \
+                f"{NO_SCHEMA!r}"
         for name, got in outcomes.items():
             fn, args = calls[name]
             want = fn(*args)

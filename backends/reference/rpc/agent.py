@@ -37,7 +37,7 @@ from datetime import timedelta
 import torch
 from torch._C._distributed_rpc import WorkerInfo
 
-from . import profiling, serialize
+from . import builtin_ops, profiling, serialize
 from .autograd import service as autograd
 from .rref import RRef
 from .transport import Frame, Kind
@@ -96,29 +96,13 @@ def raise_remote(exc_type: type, text: str) -> BaseException:
                             f"Original exception on remote side was {message}")
 
 
-def _builtin_table() -> dict:
-    table = {}
-    for fn, name in torch.jit._builtins._builtin_ops:
-        table.setdefault(name, fn)
-    return table
-
-
-_BUILTINS: dict | None = None
-
-
 def resolve_target(target):
     """The callable a request names: a pickled Python function, a torch builtin or a TorchScript function."""
-    global _BUILTINS
     if type(target) is not tuple:
         return target
     what, name = target
     if what == "builtin":
-        if _BUILTINS is None:
-            _BUILTINS = _builtin_table()
-        fn = _BUILTINS.get(name)
-        if fn is None:
-            raise RuntimeError(f"Unknown builtin operator {name} on the callee")
-        return fn
+        return builtin_ops.resolve(name)  # the operator, not math.cos that shares its name
     fn = torch.jit._state._python_cu.find_function(name)
     if fn is None:
         raise RuntimeError(f"Unknown TorchScript function {name}: define it (@torch.jit.script) on the callee too")

@@ -13,7 +13,7 @@ import types
 import torch
 from torch.distributed.rpc.internal import RPCExecMode
 
-from . import current, profiling
+from . import builtin_ops, current, profiling
 from .transport import Kind
 
 UNSET_RPC_TIMEOUT = -1.0  # torch's UNSET_RPC_TIMEOUT
@@ -47,6 +47,7 @@ def target_of(func):
             func = wrapped
     qualified_name = torch.jit._builtins._find_builtin(func)
     if qualified_name is not None:
+        builtin_ops.check_sendable(qualified_name)
         decided = (K_SCRIPT_CALL, pickle.dumps(("builtin", qualified_name), 5), None, async_exec)
     elif isinstance(func, torch.jit.ScriptFunction):
         decided = (K_SCRIPT_CALL, pickle.dumps(("script", torch._jit_internal._qualified_name(func)), 5), None,
