@@ -183,3 +183,17 @@ def layouts(n: int) -> list:
     """Tensors whose memory is not in row-major order (``n`` varies the values); see test_fidelity.LAYOUTS."""
     from suites.rpc.test_fidelity import layout_samples
     return layout_samples(n)
+
+
+def call_with(fn, *args):
+    """``fn(*args)`` on the callee: ``fn`` arrived over RPC (a bound method, say)."""
+    return fn(*args)
+
+
+def call_and_wait(fn, *args):
+    """``fn(*args).wait()`` on the callee: ``fn`` arrived over RPC and returns a future."""
+    return fn(*args).wait()
+
+
+def sorted_keys(mapping: dict) -> list[str]:
+    return sorted(mapping)
