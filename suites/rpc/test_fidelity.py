@@ -4,8 +4,9 @@ A torch builtin (``torch.cos``, ``torch.pow``, ...) runs on the callee as the
 aten operator its name names, matched by schema as TorchScript matches it:
 ``torch.cos`` of a tensor returns a tensor (of one element too), ``math.cos``
 of a float returns a float (both are ``aten::cos``); a builtin no operator
-implements (``torch.is_tensor``) raises torch's RuntimeError on the caller,
-which matches the schema before sending. An ``nn.Parameter``
+implements (``torch.is_tensor``), or arguments no schema takes
+(``torch.ones(3)``: the operator wants a size list), raise torch's
+RuntimeError on the caller, which matches the schema before sending. An ``nn.Parameter``
 arrives as an ``nn.Parameter`` (requires_grad kept, a leaf), also inside a
 returned module. A tensor whose memory is not row-major (a transpose, a
 permute, channels_last, an expand) arrives with the strides it was sent
@@ -47,9 +48,11 @@ def builtin_calls() -> dict[str, tuple]:
     }
 
 
-# builtins torch's table names but no operator implements: torch's caller refuses them (no schema to match)
+# refused on torch's caller, which matches the schema before sending: builtins torch's table names but no
+# operator implements, and arguments Python takes but no schema does (aten::ones wants a size list)
 REFUSED_BUILTINS = {"torch.is_tensor": (torch.is_tensor, (torch.ones(1),)),
-                    "torch.get_num_threads": (torch.get_num_threads, ())}
+                    "torch.get_num_threads": (torch.get_num_threads, ()),
+                    "torch.ones(3)": (torch.ones, (3,))}
 NO_SCHEMA = "Overloaded torch operator invoked from Python failed to match any schema:"
 
 

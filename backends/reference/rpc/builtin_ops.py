@@ -11,7 +11,8 @@ one-element tensor then returns a tensor and ``math.cos`` of a float a float,
 on both sides of the wire. A name the table lists without an operator
 (``torch.is_tensor``, ``torch.Tensor``, ``torch.get_num_threads``: 295 on torch
 2.13) never leaves torch's caller, which matches the schema before sending:
-the caller raises torch's RuntimeError (``NO_SCHEMA``).
+the caller raises torch's RuntimeError (``NO_SCHEMA``), as it does for
+arguments no schema of the name accepts (``check_arguments``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ import torch
 _OPERATORS: dict[str, Callable] = {}  # qualified name -> its operator, looked up once per process
 # torch's caller's text (matchBuiltinOp) for a builtin no schema of its name accepts; none exists here
 NO_SCHEMA = "Overloaded torch operator invoked from Python failed to match any schema:\n"
+
+
+def check_arguments(name: str, args: tuple, kwargs: dict) -> None:
+    """On the caller: RuntimeError (torch's text) when no schema of ``name`` accepts these arguments.
+
+    torch's caller matches a builtin's arguments against its schemas before
+    sending (so ``torch.ones`` of the int 3, fine in Python, is refused: the
+    operator takes a size list) and raises this text, without the details.
+    """
+    try:
+        torch._C._jit_resolve_packet(name, *args, **kwargs)
+    except RuntimeError:
+        raise RuntimeError(NO_SCHEMA) from None
 
 
 def check_sendable(name: str) -> None:

@@ -67,6 +67,10 @@ def invoke(mode, to, func, args, kwargs, timeout, remote_owner: bool = False):
     the future's ``rref`` is the caller's new user RRef to it."""
     agent = current.agent()
     kind, key, target, async_exec = target_of(func)
+    if kind == K_SCRIPT_CALL:
+        qualified_name = torch.jit._builtins._find_builtin(func)
+        if qualified_name is not None:  # matched on the caller, as torch's caller does
+            builtin_ops.check_arguments(qualified_name, args or (), kwargs or {})
     dst = agent.worker_info(to)
     call = profiling.begin_call(mode, func, agent.name, dst.name)
     if remote_owner:
