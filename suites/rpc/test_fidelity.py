@@ -84,6 +84,10 @@ def parameters_over_rpc():
     return returned, received
 
 
+def multiline_error():
+    return outcome_of(lifecycle.rpc().rpc_sync, peer_name(), udfs.raise_expected, args=("line1\nline2", "ValueError"))
+
+
 def strides_over_rpc():
     rpc = lifecycle.rpc()
     samples = layout_samples(ctx.rank)
@@ -134,3 +138,11 @@ def test_strides_survive_rpc(rpc_agent):
         for name, (strides, tensor) in returned.items():
             assert strides == want[name], f"rank {rank}: returned {name} has strides {strides}, sent {want[name]}"
             assert torch.equal(tensor, layout_samples(rank)[name]), f"rank {rank}: returned {name} is {tensor}"
+
+
+def test_remote_error_text_is_decoded_as_torch_decodes_it(rpc_agent):
+    """A re-raised remote error's text is unicode_escape-decoded as torch does: repr's \\n is a line break."""
+    for rank, got in enumerate(rpc_agent.run(multiline_error)):
+        assert got.error_type == "ValueError", f"rank {rank}: {got.describe()}"
+        assert "\nValueError('line1\nline2')\n" in got.error, \
+            f"rank {rank}: torch's caller reads the remote repr with a real line break, this one {got.error!r}"
