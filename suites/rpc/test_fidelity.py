@@ -1,4 +1,4 @@
-"""Contract: what arrives is what torch's TensorPipe agent delivers: the operator, the class, the layout.
+"""Contract: what arrives is what torch's TensorPipe agent delivers: the operator, the class, the layout, the text.
 
 A torch builtin (``torch.cos``, ``torch.pow``, ...) runs on the callee as the
 aten operator its name names, matched by schema as TorchScript matches it:
@@ -6,12 +6,15 @@ aten operator its name names, matched by schema as TorchScript matches it:
 of a float returns a float (both are ``aten::cos``); a builtin no operator
 implements (``torch.is_tensor``), or arguments no schema takes
 (``torch.ones(3)``: the operator wants a size list), raise torch's
-RuntimeError on the caller, which matches the schema before sending. An ``nn.Parameter``
-arrives as an ``nn.Parameter`` (requires_grad kept, a leaf), also inside a
-returned module. A tensor whose memory is not row-major (a transpose, a
-permute, channels_last, an expand) arrives with the strides it was sent
-with, as argument and as return value (torch sends the tensor's storage with
-its strides; measured on torch 2.13, TensorPipe).
+RuntimeError on the caller, which matches the schema before sending. An
+``nn.Parameter`` arrives as an ``nn.Parameter`` (requires_grad kept, a leaf),
+also inside a returned module. A tensor whose memory is not row-major (a
+transpose, a permute, channels_last, an expand) arrives with the strides it
+was sent with, as argument and as return value (torch sends the tensor's
+storage with its strides). A re-raised remote error's text is decoded as
+torch's ``internal._handle_exception`` decodes it (``unicode_escape``): the
+repr of a message with a line break shows a real line break. All measured on
+torch 2.13, TensorPipe.
 """
 
 from __future__ import annotations
