@@ -14,19 +14,39 @@ table; this is both):
   writes its input;
 * ``reduces``, ``flow``: whether it takes a reduce op; whether data goes
   between all ranks, out of the root or into the root (rooted);
-* ``issue``: how a rank calls it, from an ``Args``;
+* ``call`` and ``entry_points``: how a rank calls it, from an ``Args``, and
+  the torch.distributed functions of that signature (torch 2.13's
+  ``all_gather_single`` / ``reduce_scatter_single`` first, their older
+  names after); ``issue(args, entry_point=None)`` calls through one of them;
 * ``oracle``: what every rank must hold afterwards, computed with
   backends/reference/semantics.py over every rank's input chunks;
-* ``bus_factor``: nccl-tests' busbw / algbw at n ranks.
+* ``bus_factor``: nccl-tests' busbw / algbw at n ranks;
+* ``async_entry_point``, ``coalesced``: the other ways it is issued (async_op=True;
+  its ``*_coalesced`` function, c10d's ``_coalescing_manager``);
+* ``dtypes_moved`` / ``dtypes_reduced``: the dtype groups (FLOAT8, NARROW_INT,
+  COMPLEX; COMPLEX, PREMUL_SUM) it carries bit for bit or reduces exactly;
+* ``functional``: its form in torch.distributed._functional_collectives, its
+  differentiable form and its adjoint (the collective its backward is).
+
+A collective has one name, the table's key (torch's function name where it
+has one). The benchmark shows nccl-tests' names (``bench_name``: all_gather
+is the one-tensor form); the command line turns them into records once.
 
 Readers: suites/c10d/differential.py (generated calls and their expectation),
-suites/c10d/test_timeouts.py (a collective one rank skips), the requirements
-(``need``) of the cases of suites/c10d/test_entry_points.py, test_dtypes.py
-and test_bad_input.py,
+suites/c10d/test_timeouts.py (a collective one rank skips),
+suites/c10d/test_entry_points.py (every entry point, coalesced form and
+async call), test_dtypes.py (what moves and what reduces which dtypes),
+test_coalescing.py (the coalescing manager with a device),
+suites/parallel/test_functional.py (functional forms in flight and their
+backward), the requirements (``need``) of those cases and test_bad_input.py's,
 suites/stress/rank_bench.py and suites/stress/metrics.py (the benchmark's
 buffers, check and columns), suites/stress/collectives.py (its options).
-Adding a collective is adding one entry to ``TABLE`` below; every reader
-looks the table up when it runs, never a copy made at import.
+tests/test_collectives_table.py fails when an entry is not run by the dtype,
+entry-point and differential clauses (and the coalescing and functional ones
+where it has those forms). Adding a collective is adding one entry to
+``TABLE`` below (tests/harness_cases/extra_collective.py does it from a
+plugin); readers look the table up when they run or when pytest collects
+them (a --backend-plugin is imported before), never from a copy of their own.
 
 The table lives in ``suites/`` beside values.py and compat.py because it is
 knowledge of the contract's calls, shared by the contract suites and the
@@ -38,7 +58,8 @@ record functions import it when they run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 # ---------------------------------------------------------------- layout
@@ -89,6 +110,50 @@ class Args:
 
 Oracle = Callable[[Sequence[Sequence[object]], "str | None", "int | None"], list]
 
+# dtype groups of suites/c10d/test_dtypes.py's per-collective clauses
+FLOAT8 = "float8"  # float8_e4m3fn, float8_e5m2: no arithmetic on CPU, so moved only
+NARROW_INT = "narrow_int"  # int8, int16, uint16, uint32, uint64
+COMPLEX = "complex"  # complex64, complex128
+PREMUL_SUM = "premul_sum"  # the PREMUL_SUM(factor) reduce op, on float32/float64
+MOVED_DTYPES = (FLOAT8, NARROW_INT, COMPLEX)
+REDUCED_DTYPES = (COMPLEX, PREMUL_SUM)
+
+
+@dataclass
+class FunctionalArgs:
+    """What a rank passes to ``Functional.call`` besides the tensor."""
+
+    group: object
+    op: str = "sum"  # funcol spells reduce ops as strings
+    dim: int = 0  # gather_dim / scatter_dim
+    input_splits: list | None = None  # all_to_all_single (None: even)
+    output_splits: list | None = None
+
+
+@dataclass(frozen=True)
+class Functional:
+    """The collective in torch.distributed._functional_collectives (out of place, returns a new tensor)."""
+
+    names: tuple[str, ...]  # the funcol function, newest name first (2.13 renamed *_tensor to *_single)
+    autograd: tuple[str, ...]  # its differentiable form, likewise; () when ``names`` is differentiable itself
+    call: Callable[[Callable, object, FunctionalArgs], object]  # (funcol function, tensor, args) -> tensor
+    adjoint: str  # the table collective whose oracle is its backward (all_gather's is reduce_scatter's)
+
+    def function(self, differentiable: bool = False) -> Callable:
+        import torch.distributed._functional_collectives as funcol
+
+        names = (self.autograd or self.names) if differentiable else self.names
+        return next(getattr(funcol, n) for n in names if hasattr(funcol, n))
+
+
+@dataclass(frozen=True)
+class Coalesced:
+    """How several calls of the collective are issued as one."""
+
+    function: str | None = None  # torch.distributed's ``*_coalesced`` function, a list of tensors in one call
+    call: Callable[[Callable, Args], object] | None = None  # how to call it
+    manager: bool = False  # c10d coalesces it inside ``dist._coalescing_manager``
+
 
 @dataclass(frozen=True)
 class Collective:
@@ -101,12 +166,30 @@ class Collective:
     outputs: Slots | None
     reduces: bool
     flow: str
-    issue: Callable[[Args], object]
+    call: Callable[[Callable, Args], object]  # (one of ``entry_points``' functions, Args) -> Work or None
     oracle: Oracle  # (per group rank: its input chunks, op name, root group rank) -> per rank: output chunks
     bus_factor: Callable[[int], float]
     splits: tuple[str, ...] = ()  # split kinds the differential draws ("even", "uneven"); () = not split
     # names of the tensors in messages: (inputs, outputs)
     labels: tuple[str, str] = ("input", "output")
+    # torch.distributed functions with this call's signature, the one ``issue`` uses first; () = (name,)
+    entry_points: tuple[str, ...] = ()
+    async_entry_point: bool = False  # the entry-point clause also calls it with async_op=True (case <name>_async)
+    coalesced: Coalesced = field(default_factory=Coalesced)
+    dtypes_moved: tuple[str, ...] = ()  # MOVED_DTYPES it must carry bit for bit (suites/c10d/test_dtypes.py)
+    dtypes_reduced: tuple[str, ...] = ()  # REDUCED_DTYPES it must reduce exactly (likewise)
+    functional: Functional | None = None
+
+    def issue(self, a: Args, entry_point: str | None = None):
+        """Call it through ``entry_point`` (default: its first) with ``a``; returns the Work (async_op) or None."""
+        return self.call(entry_point_function(entry_point or self.entry_point_names[0]), a)
+
+    def issue_coalesced(self, a: Args):
+        return self.coalesced.call(entry_point_function(self.coalesced.function), a)
+
+    @property
+    def entry_point_names(self) -> tuple[str, ...]:
+        return self.entry_points or (self.name,)
 
     @property
     def rooted(self) -> bool:
@@ -163,6 +246,25 @@ def unpack(slots: Slots, tensors: list, rows: Sequence[int]) -> list:
     return chunks
 
 
+def args_for(entry: "Collective", chunks: list, blank: Callable[[int], object], *, group_size: int,
+             is_root: bool, op=None, root: int | None = None, group=None, async_op: bool = False) -> Args:
+    """A rank's Args for ``entry`` from its input chunks (``entry.inputs.count`` of them) and ``blank(j)``,
+    a fresh output chunk j; the sides this rank does not pass (root-only ones elsewhere) are left empty."""
+    ins = pack(entry.inputs, chunks) if entry.inputs.passed_by(is_root) else []
+    outs = []
+    if entry.outputs is not None and entry.outputs.passed_by(is_root):
+        outs = pack(entry.outputs, [blank(j) for j in range(entry.outputs.count(group_size))])
+    return Args(ins, outs, op=op, root=root if entry.rooted else None, group=group, async_op=async_op)
+
+
+def result_chunks(entry: "Collective", a: Args, rows: Sequence[int]) -> list:
+    """What the call left on this rank, as chunks (``rows``: dim-0 size of each): the input for an in-place
+    collective, else the outputs ([] where this rank passes none)."""
+    if entry.in_place:
+        return unpack(entry.inputs, a.inputs, rows)
+    return unpack(entry.outputs, a.outputs, rows) if a.outputs else []
+
+
 # ------------------------------------------------------ how ranks issue them
 def _dist():
     import torch.distributed as dist
@@ -176,51 +278,70 @@ def _compat():
     return compat
 
 
-def _issue_all_reduce(a: Args):
-    return _dist().all_reduce(a.inputs[0], op=a.op, group=a.group, async_op=a.async_op)
+def entry_point_function(name: str) -> Callable:
+    """The torch.distributed function ``name``; the 2.13 names (``all_gather_single``, ...) through
+    suites/compat.py, which falls back to the older name on an older torch."""
+    return getattr(_compat(), name, None) or getattr(_dist(), name)
 
 
-def _issue_reduce(a: Args):
-    return _dist().reduce(a.inputs[0], dst=a.root, op=a.op, group=a.group, async_op=a.async_op)
+# Each calls ``fn`` (one of the collective's entry points, all of one signature) with an Args.
+def _call_all_reduce(fn, a: Args):
+    return fn(a.inputs[0], op=a.op, group=a.group, async_op=a.async_op)
 
 
-def _issue_broadcast(a: Args):
-    return _dist().broadcast(a.inputs[0], src=a.root, group=a.group, async_op=a.async_op)
+def _call_reduce(fn, a: Args):
+    return fn(a.inputs[0], dst=a.root, op=a.op, group=a.group, async_op=a.async_op)
 
 
-def _issue_all_gather(a: Args):
-    return _dist().all_gather(a.outputs, a.inputs[0], group=a.group, async_op=a.async_op)
+def _call_broadcast(fn, a: Args):
+    return fn(a.inputs[0], src=a.root, group=a.group, async_op=a.async_op)
 
 
-def _issue_all_gather_into_tensor(a: Args):
-    return _compat().all_gather_single(a.outputs[0], a.inputs[0], group=a.group, async_op=a.async_op)
+def _call_all_gather(fn, a: Args):
+    return fn(a.outputs, a.inputs[0], group=a.group, async_op=a.async_op)
 
 
-def _issue_gather(a: Args):
-    return _dist().gather(a.inputs[0], gather_list=a.outputs or None, dst=a.root, group=a.group,
-                          async_op=a.async_op)
+def _call_all_gather_into_tensor(fn, a: Args):
+    return fn(a.outputs[0], a.inputs[0], group=a.group, async_op=a.async_op)
 
 
-def _issue_scatter(a: Args):
-    return _dist().scatter(a.outputs[0], scatter_list=a.inputs or None, src=a.root, group=a.group,
-                           async_op=a.async_op)
+def _call_gather(fn, a: Args):
+    return fn(a.inputs[0], gather_list=a.outputs or None, dst=a.root, group=a.group, async_op=a.async_op)
 
 
-def _issue_reduce_scatter(a: Args):
-    return _dist().reduce_scatter(a.outputs[0], a.inputs, op=a.op, group=a.group, async_op=a.async_op)
+def _call_scatter(fn, a: Args):
+    return fn(a.outputs[0], scatter_list=a.inputs or None, src=a.root, group=a.group, async_op=a.async_op)
 
 
-def _issue_reduce_scatter_tensor(a: Args):
-    return _compat().reduce_scatter_single(a.outputs[0], a.inputs[0], op=a.op, group=a.group, async_op=a.async_op)
+def _call_reduce_scatter(fn, a: Args):
+    return fn(a.outputs[0], a.inputs, op=a.op, group=a.group, async_op=a.async_op)
 
 
-def _issue_all_to_all(a: Args):
-    return _dist().all_to_all(a.outputs, a.inputs, group=a.group, async_op=a.async_op)
+def _call_reduce_scatter_tensor(fn, a: Args):
+    return fn(a.outputs[0], a.inputs[0], op=a.op, group=a.group, async_op=a.async_op)
 
 
-def _issue_all_to_all_single(a: Args):
-    return _dist().all_to_all_single(a.outputs[0], a.inputs[0], output_split_sizes=a.output_splits,
-                                     input_split_sizes=a.input_splits, group=a.group, async_op=a.async_op)
+def _call_all_to_all(fn, a: Args):
+    return fn(a.outputs, a.inputs, group=a.group, async_op=a.async_op)
+
+
+def _call_all_to_all_single(fn, a: Args):
+    return fn(a.outputs[0], a.inputs[0], output_split_sizes=a.output_splits, input_split_sizes=a.input_splits,
+              group=a.group, async_op=a.async_op)
+
+
+# The ``*_coalesced`` functions: several calls as one. Args.inputs: each call's (one) input tensor;
+# Args.outputs: each call's outputs, as ``outputs`` lays them out ([] for in-place collectives).
+def _call_all_reduce_coalesced(fn, a: Args):
+    with warnings.catch_warnings():  # torch deprecates it; it is still a c10d entry point
+        warnings.simplefilter("ignore")
+        return fn(a.inputs, op=a.op, group=a.group, async_op=a.async_op)
+
+
+def _call_all_gather_coalesced(fn, a: Args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn([list(per_rank) for per_rank in zip(*a.outputs)], a.inputs, group=a.group, async_op=a.async_op)
 
 
 # ------------------------------------------------------------ the oracle
@@ -294,30 +415,75 @@ def _bus_one(n: int) -> float:
     return 1.0
 
 
+# ------------------------------------------------- functional collectives
+def _funcol_all_reduce(fn, x, a: FunctionalArgs):
+    return fn(x, a.op, a.group)
+
+
+def _funcol_all_gather(fn, x, a: FunctionalArgs):
+    return fn(x, a.dim, a.group)
+
+
+def _funcol_reduce_scatter(fn, x, a: FunctionalArgs):
+    return fn(x, a.op, a.dim, a.group)
+
+
+def _funcol_all_to_all_single(fn, x, a: FunctionalArgs):
+    return fn(x, a.output_splits, a.input_splits, a.group)
+
+
 # -------------------------------------------------------------- the table
+MOVED_BY_ALL = (FLOAT8, NARROW_INT)  # what every data-moving collective carries in the dtype clauses
+# COMPLEX: moved by broadcast and all_gather (torch hands the backend their real view), reduced by the
+# collectives torch hands complex tensors as they are (reduce, reduce_scatter); all_reduce's complex
+# arithmetic has clauses of its own in test_dtypes.py (dist.all_reduce takes the real view, the group does not)
 TABLE: dict[str, Collective] = {c.name: c for c in (
     Collective("all_reduce", "all_reduce", None, ONE, IN_PLACE, True, ALL_TO_ALL,
-               _issue_all_reduce, _oracle_all_reduce, _bus_all_reduce, labels=("tensor", "tensor")),
+               _call_all_reduce, _oracle_all_reduce, _bus_all_reduce, labels=("tensor", "tensor"),
+               async_entry_point=True,
+               coalesced=Coalesced("all_reduce_coalesced", _call_all_reduce_coalesced, manager=True),
+               dtypes_reduced=(PREMUL_SUM,),
+               functional=Functional(("all_reduce",), (), _funcol_all_reduce, adjoint="all_reduce")),
     Collective("reduce", "reduce", None, ONE, IN_PLACE, True, TO_ROOT,
-               _issue_reduce, _oracle_reduce, _bus_one, labels=("tensor", "tensor")),
+               _call_reduce, _oracle_reduce, _bus_one, labels=("tensor", "tensor"),
+               dtypes_reduced=(COMPLEX, PREMUL_SUM)),
     Collective("broadcast", "broadcast", None, ONE, IN_PLACE, False, FROM_ROOT,
-               _issue_broadcast, _oracle_broadcast, _bus_one, labels=("tensor", "tensor")),
+               _call_broadcast, _oracle_broadcast, _bus_one, labels=("tensor", "tensor"),
+               dtypes_moved=MOVED_BY_ALL + (COMPLEX,)),
     Collective("all_gather", "all_gather", "list", ONE, LIST, False, ALL_TO_ALL,
-               _issue_all_gather, _oracle_all_gather, _bus_partitioned),
+               _call_all_gather, _oracle_all_gather, _bus_partitioned,
+               coalesced=Coalesced("all_gather_coalesced", _call_all_gather_coalesced),
+               dtypes_moved=MOVED_BY_ALL + (COMPLEX,)),
     Collective("all_gather_into_tensor", "all_gather", "single", ONE, FLAT, False, ALL_TO_ALL,
-               _issue_all_gather_into_tensor, _oracle_all_gather, _bus_partitioned),
+               _call_all_gather_into_tensor, _oracle_all_gather, _bus_partitioned,
+               entry_points=("all_gather_single", "all_gather_into_tensor"),
+               coalesced=Coalesced(manager=True), dtypes_moved=MOVED_BY_ALL,
+               functional=Functional(("all_gather_single", "all_gather_tensor"),
+                                     ("all_gather_single_autograd", "all_gather_tensor_autograd"),
+                                     _funcol_all_gather, adjoint="reduce_scatter_tensor")),
     Collective("gather", "gather", None, ONE, ROOT_LIST, False, TO_ROOT,
-               _issue_gather, _oracle_gather, _bus_partitioned, labels=("input", "gather_list")),
+               _call_gather, _oracle_gather, _bus_partitioned, labels=("input", "gather_list"),
+               dtypes_moved=MOVED_BY_ALL),
     Collective("scatter", "scatter", None, ROOT_LIST, ONE, False, FROM_ROOT,
-               _issue_scatter, _oracle_scatter, _bus_partitioned, labels=("scatter_list", "output")),
+               _call_scatter, _oracle_scatter, _bus_partitioned, labels=("scatter_list", "output"),
+               dtypes_moved=MOVED_BY_ALL),
     Collective("reduce_scatter", "reduce_scatter", "list", LIST, ONE, True, ALL_TO_ALL,
-               _issue_reduce_scatter, _oracle_reduce_scatter, _bus_partitioned),
+               _call_reduce_scatter, _oracle_reduce_scatter, _bus_partitioned, dtypes_reduced=(COMPLEX,)),
     Collective("reduce_scatter_tensor", "reduce_scatter", "single", FLAT, ONE, True, ALL_TO_ALL,
-               _issue_reduce_scatter_tensor, _oracle_reduce_scatter, _bus_partitioned),
+               _call_reduce_scatter_tensor, _oracle_reduce_scatter, _bus_partitioned,
+               entry_points=("reduce_scatter_single", "reduce_scatter_tensor"),
+               coalesced=Coalesced(manager=True), dtypes_reduced=(COMPLEX, PREMUL_SUM),
+               functional=Functional(("reduce_scatter_single", "reduce_scatter_tensor"),
+                                     ("reduce_scatter_single_autograd", "reduce_scatter_tensor_autograd"),
+                                     _funcol_reduce_scatter, adjoint="all_gather_into_tensor")),
     Collective("all_to_all_single", "all_to_all", "single", FLAT, FLAT, False, ALL_TO_ALL,
-               _issue_all_to_all_single, _oracle_all_to_all_single, _bus_partitioned, splits=("even", "uneven")),
+               _call_all_to_all_single, _oracle_all_to_all_single, _bus_partitioned, splits=("even", "uneven"),
+               dtypes_moved=MOVED_BY_ALL,
+               functional=Functional(("all_to_all_single",), ("all_to_all_single_autograd",),
+                                     _funcol_all_to_all_single, adjoint="all_to_all_single")),
     Collective("all_to_all", "all_to_all", "list", LIST, LIST, False, ALL_TO_ALL,
-               _issue_all_to_all, _oracle_all_to_all, _bus_partitioned, splits=("even",)),
+               _call_all_to_all, _oracle_all_to_all, _bus_partitioned, splits=("even",),
+               dtypes_moved=MOVED_BY_ALL),
 )}
 
 
@@ -351,3 +517,22 @@ def by_bench_name(name: str) -> Collective:
         if collective.bench_name == name:
             return collective
     raise UnknownCollective(f"unknown collective {name!r}; expected one of {', '.join(bench_names())}")
+
+
+def with_dtypes_moved(group: str) -> list[Collective]:
+    """The collectives the dtype clauses move ``group`` (one of MOVED_DTYPES) through."""
+    return [c for c in TABLE.values() if group in c.dtypes_moved]
+
+
+def with_dtypes_reduced(group: str) -> list[Collective]:
+    return [c for c in TABLE.values() if group in c.dtypes_reduced]
+
+
+def coalescing_managed() -> list[Collective]:
+    """The collectives c10d coalesces inside ``dist._coalescing_manager``."""
+    return [c for c in TABLE.values() if c.coalesced.manager]
+
+
+def functional() -> list[Collective]:
+    """The collectives with a functional form (torch.distributed._functional_collectives)."""
+    return [c for c in TABLE.values() if c.functional is not None]

@@ -1,7 +1,18 @@
-"""The CI workflow runs the README's commands: a job per (backend, world size) and the project's own tests."""
+"""The CI workflow runs the README's commands: a job per (backend, world size) and the project's own tests.
+
+Both commands begin with ``bash .ci/setup``, the one set-up (venv, requirements.txt, and for the project's tests
+the Debian packages); its behaviour is checked here on a copy of the script with stand-in pip, apt-get and
+pytest, so no test here installs anything.
+"""
 
 import os
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from backends.registry import BackendRegistry
 from tests.test_entry_points import REPO_ROOT, _quickstart_commands
@@ -55,11 +66,13 @@ def test_matrix_covers_the_backends_and_uploads_the_report_folder():
     assert "if: always()" in text  # a failing run's report is the one people need
 
 
-def test_readme_shows_how_a_vendor_joins_the_matrix():
+def test_the_docs_show_how_a_vendor_joins_the_matrix():
     with open(os.path.join(REPO_ROOT, "README.md")) as fh:
         readme = fh.read()
-    assert ".github/workflows/conformance.yml" in readme
-    section = readme.split("## Continuous integration", 1)[1].split("\n## ", 1)[0]
+    assert ".github/workflows/conformance.yml" in readme and "docs/contract.md#continuous-integration" in readme
+    with open(os.path.join(REPO_ROOT, "docs", "contract.md")) as fh:
+        section = fh.read().split("## Continuous integration", 1)[1].split("\n## ", 1)[0]
+    assert ".github/workflows/conformance.yml" in section
     assert "--backend-plugin" in section and "include:" in section
 
 
@@ -67,6 +80,133 @@ def test_ci_run_installs_open_mpi_so_the_mpirun_test_runs():
     """tests/test_launch.py::test_mpirun fails under CI when mpirun is missing: .ci/run provides it."""
     with open(os.path.join(REPO_ROOT, ".ci", "run")) as fh:
         script = fh.read()
-    assert "apt-get install -y openmpi-bin" in script
     assert "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in script  # CI containers run as root
-    assert script.index("openmpi-bin") < script.index("-m pytest tests/")
+    assert script.index("OMPI_ALLOW_RUN_AS_ROOT") < script.index("-m pytest tests/")
+    assert "bash .ci/setup tests &&" in script
+    with open(os.path.join(REPO_ROOT, ".ci", "setup")) as fh:
+        assert "openmpi-bin" in fh.read()
+
+
+# ------------------------------------------------------------ .ci/setup and .ci/run, on a stand-in checkout
+SETUP = os.path.join(REPO_ROOT, ".ci", "setup")
+STAMP = ".venv/.distconform-requirements.sha256"
+
+
+def stand_in(path: Path, script: str) -> None:
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+def checkout(tmp_path: Path) -> Path:
+    """A repo root holding .ci/setup and .ci/run, requirements.txt and an existing .venv whose pip logs its calls."""
+    root = tmp_path / "repo"
+    (root / ".ci").mkdir(parents=True)
+    for name in ("setup", "run"):
+        shutil.copy(os.path.join(REPO_ROOT, ".ci", name), root / ".ci" / name)
+    (root / "requirements.txt").write_text("torch==2.13.0\n")
+    venv_bin = root / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)
+    stand_in(venv_bin / "pip", f'echo "pip $*" >> "{tmp_path}/calls"; exit ${{PIP_RC:-0}}\n')
+    return root
+
+
+def system_path(tmp_path: Path, **commands: str) -> str:
+    """A PATH with only the basic tools .ci/setup uses and the given stand-ins (no chromium, mpirun, apt-get)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("dirname", "id", "cat", "python3", "bash"):
+        found = shutil.which(tool)
+        assert found, f"{tool} is not installed"
+        (bin_dir / tool).symlink_to(found)
+    for name, script in commands.items():
+        stand_in(bin_dir / name, script)
+    return str(bin_dir)
+
+
+def setup(root: Path, *args: str, path: str = "", **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, **env, **({"PATH": path} if path else {})}
+    return subprocess.run(["bash", str(root / ".ci" / "setup"), *args], env=environ, capture_output=True,
+                          text=True, timeout=60)
+
+
+def calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "calls"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_setup_installs_requirements_once_and_again_only_when_they_change(tmp_path):
+    root = checkout(tmp_path)
+    assert setup(root).returncode == 0
+    assert calls(tmp_path) == ["pip install -q -r requirements.txt"]
+    assert (root / STAMP).exists()
+    assert setup(root, "suites").returncode == 0 and setup(root, "suites").returncode == 0
+    assert len(calls(tmp_path)) == 1  # unchanged requirements.txt: pip is not run again
+    (root / "requirements.txt").write_text("torch==2.13.0\nnumpy\n")
+    assert setup(root).returncode == 0
+    assert len(calls(tmp_path)) == 2
+
+
+def test_setup_fails_when_pip_fails_and_tries_again_next_time(tmp_path):
+    root = checkout(tmp_path)
+    failed = setup(root, PIP_RC="1")
+    assert failed.returncode == 1 and "pip install -r requirements.txt failed" in failed.stderr
+    assert not (root / STAMP).exists()
+    assert setup(root).returncode == 0 and len(calls(tmp_path)) == 2
+
+
+def test_setup_refuses_an_unknown_target(tmp_path):
+    refused = setup(checkout(tmp_path), "everything")
+    assert refused.returncode == 2 and "usage: bash .ci/setup [suites|tests]" in refused.stderr
+
+
+def test_setup_for_the_tests_installs_the_missing_debian_packages_or_says_what_it_cannot(tmp_path):
+    root = checkout(tmp_path)
+    path = system_path(tmp_path, **{"apt-get": f'echo "apt-get $*" >> "{tmp_path}/calls"\n', "c++": ""})
+    done = setup(root, "tests", path=path)
+    assert done.returncode == 0, done.stderr
+    if os.getuid() == 0:
+        assert calls(tmp_path)[:2] == ["apt-get update -qq", "apt-get install -y -qq chromium openmpi-bin"]
+    else:
+        assert not any(c.startswith("apt-get") for c in calls(tmp_path))
+        assert "cannot install chromium openmpi-bin here (needs root and apt-get)" in done.stderr
+        assert "tests/test_report_html.py fails" in done.stderr and "test_mpirun skips" in done.stderr
+    assert setup(root, "suites", path=path).stderr == ""  # the conformance suite needs neither package
+
+
+def test_setup_says_what_fails_when_apt_get_fails(tmp_path):
+    if os.getuid() != 0:
+        import pytest
+
+        pytest.skip("only root may apt-get: the non-root message is checked by the test above")
+    root = checkout(tmp_path)
+    path = system_path(tmp_path, **{"apt-get": "exit 100\n", "c++": ""})
+    done = setup(root, "tests", path=path)
+    assert done.returncode == 0  # the venv is set up; the missing packages cost only their tests
+    assert "apt-get install chromium openmpi-bin failed" in done.stderr
+    assert "tests/test_report_html.py fails (no headless Chromium)" in done.stderr
+
+
+@pytest.mark.parametrize("pytest_rc", [0, 1])
+def test_ci_run_runs_setup_then_pytest_and_fails_when_pytest_fails(tmp_path, pytest_rc):
+    root = checkout(tmp_path)
+    (root / ".venv" / "bin" / "python").unlink()
+    stand_in(root / ".venv" / "bin" / "python",
+             f'echo "python $* OMPI=${{OMPI_ALLOW_RUN_AS_ROOT:-}}" >> "{tmp_path}/calls"; exit {pytest_rc}\n')
+    (root / STAMP).write_text("stale\n")
+    ran = subprocess.run([str(root / ".ci" / "run")], env={**os.environ, "PATH": system_path(tmp_path, **{"c++": ""})},
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == pytest_rc, ran.stderr
+    assert calls(tmp_path)[-1] == "python -m pytest tests/ OMPI=" + ("1" if os.getuid() == 0 else "")
+
+
+def test_ci_run_fails_without_running_pytest_when_setup_fails(tmp_path):
+    root = checkout(tmp_path)
+    (root / ".venv" / "bin" / "python").unlink()
+    stand_in(root / ".venv" / "bin" / "python", f'echo "python $*" >> "{tmp_path}/calls"\n')
+    (root / STAMP).write_text("stale\n")  # so setup runs pip, which fails
+    ran = subprocess.run([str(root / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PIP_RC": "1", "PATH": system_path(tmp_path, **{"c++": ""})})
+    assert ran.returncode == 1, ran.stderr
+    assert "pip install -q -r requirements.txt" in calls(tmp_path)
+    assert not [c for c in calls(tmp_path) if "-m pytest" in c], calls(tmp_path)

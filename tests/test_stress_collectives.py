@@ -33,44 +33,44 @@ MIB = 1 << 20
     ("all_to_all", 4, 0.75), ("all_to_all", 8, 7 / 8), ("broadcast", 4, 1.0), ("reduce", 8, 1.0),
 ])
 def test_bus_factor_is_nccl_tests(collective, n, factor):
-    assert metrics.bus_factor(collective, n) == pytest.approx(factor)
+    assert metrics.bus_factor(metrics.entry(collective), n) == pytest.approx(factor)
 
 
-def test_bus_factor_rejects_unknown_collective():
+def test_unknown_benchmark_name_is_rejected():
     with pytest.raises(ValueError, match="unknown collective"):
-        metrics.bus_factor("all_sum", 2)
+        metrics.entry("all_sum")
 
 
 def test_bandwidths():
     assert metrics.algbw(2_000_000_000, 1.0) == pytest.approx(2.0)  # GB = 1e9 bytes
-    assert metrics.busbw("all_reduce", 4, 1_000_000_000, 0.5) == pytest.approx(2.0 * 1.5)
-    assert metrics.busbw("all_gather", 2, 1_000_000_000, 1.0) == pytest.approx(0.5)
-    assert metrics.busbw("broadcast", 4, 1_000_000_000, 1.0) == pytest.approx(1.0)
+    assert metrics.busbw(metrics.entry("all_reduce"), 4, 1_000_000_000, 0.5) == pytest.approx(2.0 * 1.5)
+    assert metrics.busbw(metrics.entry("all_gather"), 2, 1_000_000_000, 1.0) == pytest.approx(0.5)
+    assert metrics.busbw(metrics.entry("broadcast"), 4, 1_000_000_000, 1.0) == pytest.approx(1.0)
 
 
 def test_sizes_follow_nccl_tests_definitions():
     # all_reduce, broadcast: the buffer
-    lay = metrics.layout("all_reduce", 1024, 4, 4)
+    lay = metrics.layout(metrics.entry("all_reduce"), 1024, 4, 4)
     assert (lay.size, lay.count, lay.in_numel, lay.out_numel) == (1024, 256, 256, 256)
-    lay = metrics.layout("broadcast", 1024, 4, 4)
+    lay = metrics.layout(metrics.entry("broadcast"), 1024, 4, 4)
     assert (lay.size, lay.count, lay.in_numel, lay.out_numel) == (1024, 256, 256, 256)
     # all_gather: size is the gathered output, n x per-rank count
-    lay = metrics.layout("all_gather", 1024, 4, 4)
+    lay = metrics.layout(metrics.entry("all_gather"), 1024, 4, 4)
     assert (lay.size, lay.count, lay.chunk, lay.in_numel, lay.out_numel) == (1024, 256, 64, 64, 256)
     # reduce_scatter: size is the input, n x per-rank output count
-    lay = metrics.layout("reduce_scatter", 1024, 4, 4)
+    lay = metrics.layout(metrics.entry("reduce_scatter"), 1024, 4, 4)
     assert (lay.size, lay.count, lay.chunk, lay.in_numel, lay.out_numel) == (1024, 256, 64, 256, 64)
     # all_to_all: size is what each rank sends in total, n x per-peer count
-    lay = metrics.layout("all_to_all", 1024, 4, 4)
+    lay = metrics.layout(metrics.entry("all_to_all"), 1024, 4, 4)
     assert (lay.size, lay.count, lay.chunk, lay.in_numel, lay.out_numel) == (1024, 256, 64, 256, 256)
 
 
 def test_partitioned_sizes_round_down_to_the_world_size():
-    lay = metrics.layout("all_gather", 1024, 3, 4)  # 256 elements -> 85 per rank
+    lay = metrics.layout(metrics.entry("all_gather"), 1024, 3, 4)  # 256 elements -> 85 per rank
     assert (lay.chunk, lay.size) == (85, 1020)
-    lay = metrics.layout("reduce_scatter", 8, 4, 4)  # 2 elements, 4 ranks: one element each
+    lay = metrics.layout(metrics.entry("reduce_scatter"), 8, 4, 4)  # 2 elements, 4 ranks: one element each
     assert (lay.chunk, lay.size, lay.in_numel) == (1, 16, 4)
-    assert metrics.layout("all_reduce", 2, 2, 4).count == 1  # at least one element
+    assert metrics.layout(metrics.entry("all_reduce"), 2, 2, 4).count == 1  # at least one element
 
 
 def test_percentile_is_nearest_rank():
@@ -104,7 +104,7 @@ def test_periodic_expectation_equals_the_full_oracle(collective, n):
     for nbytes in (8, 1000, 4096, 300_004):
         for dtype in (torch.float32, torch.bfloat16, torch.int32):
             modulus = fill_modulus(dtype, n)
-            lay = metrics.layout(collective, nbytes, n, dtype.itemsize)
+            lay = metrics.layout(metrics.entry(collective), nbytes, n, dtype.itemsize)
             inputs = [rank_input(r, lay.in_numel, dtype, modulus) for r in range(n)]
             for rank in range(n):
                 if collective == "all_reduce":
@@ -119,7 +119,7 @@ def test_periodic_expectation_equals_the_full_oracle(collective, n):
                     full = semantics.reduce_scatter([list(t.chunk(n)) for t in inputs], "sum")[rank]
                 else:
                     full = semantics.all_to_all_single(inputs, [None] * n)[rank]
-                got = expected_output(collective, rank, n, lay, dtype, modulus)
+                got = expected_output(metrics.entry(collective), rank, n, lay, dtype, modulus)
                 if full is None:
                     assert got is None
                 else:
@@ -176,7 +176,7 @@ def test_cli_smoke_gloo(tmp_path):
         assert r["iters"] == 3
         seconds = r["time_us"] / 1e6
         assert r["algbw"] == pytest.approx(r["size"] / 1e9 / seconds)
-        assert r["busbw"] == pytest.approx(r["algbw"] * metrics.bus_factor(r["collective"], 2))
+        assert r["busbw"] == pytest.approx(r["algbw"] * metrics.bus_factor(metrics.entry(r["collective"]), 2))
         assert r["count"] * 4 == r["size"] and r["type"] == "float32"
         assert r["redop"] == ("sum" if r["collective"] in ("all_reduce", "reduce_scatter") else "none")
         assert r["root"] == (0 if r["collective"] == "broadcast" else -1)

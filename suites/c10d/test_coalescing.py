@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from backends.reference import semantics
 from fixtures.rank import ctx
-from suites import values
+from suites import collectives, values
 from suites.checks import expect_tensor
 
 pytestmark = pytest.mark.needs(feature="coalescing")
@@ -39,11 +39,9 @@ def stacked(rank: int, index: int, world_size: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- rank side
-def manager_all_reduce(op: str, dtype: str, async_ops: bool, with_device: bool = False):
+def manager_all_reduce(op: str, dtype: str, async_ops: bool):
     tensors = [t.to(ctx.device) for t in inputs_of(ctx.rank, op, dtype)]
-    # with a device, c10d also brackets the calls with the group's _start_coalescing/_end_coalescing
-    device = torch.device(ctx.device) if with_device else None
-    with dist._coalescing_manager(device=device, async_ops=async_ops) as cm:
+    with dist._coalescing_manager(async_ops=async_ops) as cm:
         for tensor in tensors:
             dist.all_reduce(tensor, op=values.reduce_op(op))
     if async_ops:
@@ -51,12 +49,11 @@ def manager_all_reduce(op: str, dtype: str, async_ops: bool, with_device: bool =
     return [t.cpu() for t in tensors]
 
 
-def manager_all_gather_into_tensor(async_ops: bool, with_device: bool = False):
+def manager_all_gather_into_tensor(async_ops: bool):
     n = ctx.world_size
     inputs = [stacked(ctx.rank, i, n).to(ctx.device) for i in range(3)]
     outputs = [torch.full((n * t.numel(),), -1.0, device=ctx.device) for t in inputs]
-    device = torch.device(ctx.device) if with_device else None
-    with dist._coalescing_manager(device=device, async_ops=async_ops) as cm:
+    with dist._coalescing_manager(async_ops=async_ops) as cm:
         for out, tensor in zip(outputs, inputs):
             dist.all_gather_into_tensor(out, tensor)
     if async_ops:
@@ -64,17 +61,42 @@ def manager_all_gather_into_tensor(async_ops: bool, with_device: bool = False):
     return [t.cpu() for t in outputs]
 
 
-def manager_reduce_scatter_tensor(op: str, async_ops: bool, with_device: bool = False):
+def manager_reduce_scatter_tensor(op: str, async_ops: bool):
     n = ctx.world_size
     inputs = [stacked(ctx.rank, i, n).to(ctx.device) for i in range(3)]
     outputs = [torch.full((t.numel() // n,), -1.0, device=ctx.device) for t in inputs]
-    device = torch.device(ctx.device) if with_device else None
-    with dist._coalescing_manager(device=device, async_ops=async_ops) as cm:
+    with dist._coalescing_manager(async_ops=async_ops) as cm:
         for out, tensor in zip(outputs, inputs):
             dist.reduce_scatter_tensor(out, tensor, op=values.reduce_op(op))
     if async_ops:
         cm.wait()
     return [t.cpu() for t in outputs]
+
+
+def table_chunks(entry: collectives.Collective, rank: int, index: int, world_size: int) -> list:
+    """Rank ``rank``'s input chunks of call ``index`` (of 3) of a table collective: sizes differ per call."""
+    if not entry.inputs.passed_by(rank == world_size - 1):
+        return []
+    return [values.rank_payload(rank, index + 2, "float32", salt=100 * index + 10 * j)
+            for j in range(entry.inputs.count(world_size))]
+
+
+def manager_table_calls(collective: str, async_ops: bool, with_device: bool = False) -> list:
+    """Three calls of a table collective (SUM, root the last rank) inside _coalescing_manager: per call, this
+    rank's result chunks."""
+    entry, n = collectives.get(collective), ctx.world_size
+    calls = [collectives.args_for(entry, [t.to(ctx.device) for t in table_chunks(entry, ctx.rank, i, n)],
+                                  lambda j, i=i: torch.full((i + 2,), -1.0, device=ctx.device), group_size=n,
+                                  is_root=ctx.rank == n - 1, op=values.reduce_op("sum"), root=n - 1)
+             for i in range(3)]
+    # with a device, c10d also brackets the calls with the group's _start_coalescing/_end_coalescing
+    device = torch.device(ctx.device) if with_device else None
+    with dist._coalescing_manager(device=device, async_ops=async_ops) as cm:
+        for args in calls:
+            entry.issue(args)
+    if async_ops:
+        cm.wait()
+    return [[t.cpu() for t in collectives.result_chunks(entry, a, [i + 2] * n)] for i, a in enumerate(calls)]
 
 
 def all_reduce_coalesced(op: str, dtype: str, async_op: bool):
@@ -117,25 +139,18 @@ def test_coalescing_manager_all_reduce(world, op, dtype, async_ops):
 
 @pytest.mark.parametrize("async_ops", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("collective", [
-    pytest.param(name, marks=pytest.mark.needs(collective=family, form="device"))
-    for name, family in (("all_reduce", "all_reduce"), ("all_gather_into_tensor", "all_gather"),
-                         ("reduce_scatter_tensor", "reduce_scatter"))])
+    pytest.param(c.name, id=c.name, marks=pytest.mark.needs(collective=c.family, form="device"))
+    for c in collectives.coalescing_managed()])
 def test_coalescing_manager_with_device(world, collective, async_ops):
     """_coalescing_manager(device=...) (start/end coalescing on the group) gives the same exact results."""
-    n = world.world_size
-    if collective == "all_reduce":
-        results = world.run(manager_all_reduce, "sum", "float32", async_ops, True)
-        _expect_all_reduced(results, "sum", "float32", n, "coalesced all_reduce with device")
-        return
-    if collective == "all_gather_into_tensor":
-        results = world.run(manager_all_gather_into_tensor, async_ops, True)
-        expected = [semantics.all_gather_into_tensor([stacked(r, i, n) for r in range(n)]) for i in range(3)]
-    else:
-        results = world.run(manager_reduce_scatter_tensor, "sum", async_ops, True)
-        expected = [semantics.reduce_scatter_tensor([stacked(r, i, n) for r in range(n)], "sum") for i in range(3)]
-    for rank, outputs in enumerate(results):
+    n, entry = world.world_size, collectives.get(collective)
+    expected = [entry.oracle([table_chunks(entry, r, i, n) for r in range(n)], "sum" if entry.reduces else None,
+                             n - 1 if entry.rooted else None) for i in range(3)]
+    for rank, outputs in enumerate(world.run(manager_table_calls, collective, async_ops, True)):
         for i, got in enumerate(outputs):
-            expect_tensor(got, expected[i][rank], f"coalesced {collective} {i} with device on rank {rank}")
+            for j, (g, want) in enumerate(zip(got, expected[i][rank])):
+                if want is not None:
+                    expect_tensor(g, want, f"coalesced {collective} {i} with device on rank {rank} (chunk {j})")
 
 
 @pytest.mark.needs(collective="all_gather")

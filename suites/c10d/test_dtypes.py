@@ -41,22 +41,17 @@ NUMEL = 7
 NARROW_INT = ("int8", "int16", "uint16", "uint32", "uint64")
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 COMPLEX = ("complex64", "complex128")
-# the data-moving operations: collectives of suites/collectives.py (which states each one's family and
-# form, backends/spec.py REQUIREMENT_KEYS), and send/recv
-MOVING_OPERATIONS = ("broadcast", "all_gather", "all_gather_into_tensor", "gather", "scatter", "all_to_all_single",
-                     "send_recv")
+SEND_RECV = "send_recv"  # p2p: moved like the collectives, not one of them
 
 
-def moving_needs(operation: str) -> dict:
-    """The requirement a case moving data by ``operation`` states: a collective's family and form, or send_recv."""
-    return collectives.need(operation) if operation in collectives.TABLE else {"collective": operation}
+def moving(group: str) -> list:
+    """The operations that move dtype ``group`` (suites/collectives.py MOVED_DTYPES): the table's collectives
+    that carry it, each stating its family and form (backends/spec.py REQUIREMENT_KEYS), and send/recv."""
+    params = [pytest.param(c.name, id=c.name, marks=pytest.mark.needs(**c.need()))
+              for c in collectives.with_dtypes_moved(group)]
+    return params + [pytest.param(SEND_RECV, id=SEND_RECV, marks=pytest.mark.needs(collective=SEND_RECV))]
 
 
-def moving(*operations: str) -> list:
-    return [pytest.param(op, id=op, marks=pytest.mark.needs(**moving_needs(op))) for op in operations]
-
-
-MOVING = moving(*MOVING_OPERATIONS)
 # the reduce ops torch 2.13 has CPU kernels for on each narrow integer dtype (add/max/min on
 # uint16/32/64: '"add_stub" not implemented for 'UInt16'')
 NARROW_OPS = {
@@ -147,72 +142,53 @@ def unpacked(result):
 
 
 # ---------------------------------------------------------------- rank side
-def move(collective: str, name: str):
-    """Run one data-moving collective; return this rank's result, packed."""
-    return packed(_move(collective, name))
+def moved_chunks(entry: collectives.Collective, rank: int, name: str, n: int, root: int) -> list:
+    """What ``rank`` passes to a data-moving collective: chunk j says who sent it for whom ([] if it passes none)."""
+    if not entry.inputs.passed_by(rank == root):
+        return []
+    return [payload(rank, name, salt=j) for j in range(entry.inputs.count(n))]
 
 
-def _move(collective: str, name: str):
+def move(operation: str, name: str):
+    """Run one data-moving operation; return this rank's result chunks, packed."""
+    return packed(_send_recv(name) if operation == SEND_RECV else _move(collectives.get(operation), name))
+
+
+def _move(entry: collectives.Collective, name: str) -> list:
     n, me, root = ctx.world_size, ctx.rank, ctx.world_size - 1
-    mine = payload(me, name).to(ctx.device)
-    blank = lambda numel=NUMEL: torch.zeros(numel, dtype=dtype_of(name), device=ctx.device)  # noqa: E731
-    if collective == "broadcast":
-        dist.broadcast(mine, src=root)
-        return mine.cpu()
-    if collective == "all_gather":
-        out = [blank() for _ in range(n)]
-        dist.all_gather(out, mine)
-        return [t.cpu() for t in out]
-    if collective == "all_gather_into_tensor":
-        out = blank(NUMEL * n)
-        dist.all_gather_into_tensor(out, mine)
-        return out.cpu()
-    if collective == "gather":
-        out = [blank() for _ in range(n)] if me == root else None
-        dist.gather(mine, out, dst=root)
-        return [t.cpu() for t in out] if out else None
-    if collective == "scatter":
-        out = blank()
-        dist.scatter(out, [payload(root, name, salt=i).to(ctx.device) for i in range(n)] if me == root else None,
-                     src=root)
-        return out.cpu()
-    if collective == "all_to_all_single":
-        out = blank(2 * n)
-        dist.all_to_all_single(out, payload(me, name, numel=2 * n).to(ctx.device))
-        return out.cpu()
-    if collective == "send_recv":
-        if me == 0:
-            dist.send(mine, dst=root)
-        elif me == root:
-            out = blank()
-            dist.recv(out, src=0)
-            return out.cpu()
-        return None
-    raise KeyError(collective)
+    chunks = [t.to(ctx.device) for t in moved_chunks(entry, me, name, n, root)]
+    args = collectives.args_for(entry, chunks, lambda j: torch.zeros(NUMEL, dtype=dtype_of(name), device=ctx.device),
+                                group_size=n, is_root=me == root, root=root)
+    entry.issue(args)
+    return [t.cpu() for t in collectives.result_chunks(entry, args, [NUMEL] * n)]
 
 
-def expected_moved(collective: str, name: str, n: int) -> list:
+def _send_recv(name: str) -> list:
+    me, root = ctx.rank, ctx.world_size - 1
+    if me == 0:
+        dist.send(payload(me, name).to(ctx.device), dst=root)
+    elif me == root:
+        out = torch.zeros(NUMEL, dtype=dtype_of(name), device=ctx.device)
+        dist.recv(out, src=0)
+        return [out.cpu()]
+    return []
+
+
+def expected_moved(operation: str, name: str, n: int) -> list:
+    """Per rank: its result chunks (None: unspecified, []: none), from the table's oracle."""
     root = n - 1
-    xs = [payload(r, name) for r in range(n)]
-    return {
-        "broadcast": lambda: semantics.broadcast(xs, root),
-        "all_gather": lambda: semantics.all_gather(xs),
-        "all_gather_into_tensor": lambda: [torch.cat(xs)] * n,  # torch.cat has no float8 kernel on some builds
-        "gather": lambda: [None] * root + [semantics.gather(xs, root)],
-        "scatter": lambda: semantics.scatter([payload(root, name, salt=i) for i in range(n)], n),
-        "all_to_all_single": lambda: semantics.all_to_all_single([payload(r, name, numel=2 * n) for r in range(n)],
-                                                                 [None] * n),
-        "send_recv": lambda: [None] * root + [xs[0]],
-    }[collective]()
+    if operation == SEND_RECV:
+        return [[]] * root + [[payload(0, name)]]
+    entry = collectives.get(operation)
+    return entry.oracle([moved_chunks(entry, r, name, n, root) for r in range(n)], None, root)
 
 
-def check_moved(results, collective, name, n):
-    for rank, (got, want) in enumerate(zip(unpacked(results), expected_moved(collective, name, n))):
-        if want is None:
-            continue
-        pairs = zip(got, want) if isinstance(want, list) else [(got, want)]
-        for i, (g, w) in enumerate(pairs):
-            expect_bits(g, w, f"{collective} of {name} on rank {rank} (entry {i})")
+def check_moved(results, operation, name, n):
+    for rank, (got, want) in enumerate(zip(unpacked(results), expected_moved(operation, name, n))):
+        assert len(got) == len(want), f"{operation} of {name} on rank {rank}: {len(got)} results, expected {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            if w is not None:
+                expect_bits(g, w, f"{operation} of {name} on rank {rank} (entry {i})")
 
 
 def all_reduce_narrow(name: str, op: str):
@@ -264,39 +240,49 @@ def group_all_reduce_complex(name: str, op: str):
     return None, tensor.cpu()
 
 
-def complex_reduced(collective: str, name: str, op: str):
-    """reduce (to the last rank) or reduce_scatter_tensor of complex tensors: (error, None) or (None, the result).
+def reduced_chunks(entry: collectives.Collective, rank: int, n: int, make) -> list:
+    """Rank ``rank``'s input chunks: ``make(numel)`` for all of them at once, cut into the chunks the entry takes."""
+    count = entry.inputs.count(n)
+    return list(make(NUMEL * count).chunk(count))
 
-    torch hands both to the backend as complex tensors (all_reduce, broadcast and
-    all_gather get the real view instead)."""
+
+def _reduce(entry: collectives.Collective, chunks: list, dtype, op) -> list:
+    """Run a reducing collective (to the last rank where rooted) over ``chunks``; this rank's result chunks."""
     n, root = ctx.world_size, ctx.world_size - 1
+    args = collectives.args_for(entry, [t.to(ctx.device) for t in chunks],
+                                lambda j: torch.zeros(NUMEL, dtype=dtype, device=ctx.device),
+                                group_size=n, is_root=ctx.rank == root, op=op, root=root)
+    entry.issue(args)
+    return [t.cpu() for t in collectives.result_chunks(entry, args, [NUMEL] * n)]
+
+
+def expected_reduced(entry: collectives.Collective, inputs: list, op: str) -> list:
+    """Per rank: its result chunks (None: unspecified), from the table's oracle."""
+    return entry.oracle(inputs, op, len(inputs) - 1)
+
+
+def complex_reduced(collective: str, name: str, op: str):
+    """A reducing collective of complex tensors (reduce: to the last rank): (error, None) or (None, result chunks).
+
+    torch hands reduce and reduce_scatter to the backend as complex tensors (all_reduce, broadcast and
+    all_gather get the real view instead)."""
+    entry = collectives.get(collective)
+    chunks = reduced_chunks(entry, ctx.rank, ctx.world_size, lambda numel: complex_input(ctx.rank, name, op, numel))
     try:
-        if collective == "reduce":
-            tensor = complex_input(ctx.rank, name, op).to(ctx.device)
-            dist.reduce(tensor, dst=root, op=values.reduce_op(op))
-            return None, tensor.cpu() if ctx.rank == root else None
-        out = torch.zeros(NUMEL, dtype=dtype_of(name), device=ctx.device)
-        dist.reduce_scatter_tensor(out, complex_input(ctx.rank, name, op, NUMEL * n).to(ctx.device),
-                                   op=values.reduce_op(op))
-        return None, out.cpu()
+        return None, _reduce(entry, chunks, dtype_of(name), values.reduce_op(op))
     except (ValueError, RuntimeError, TypeError) as exc:
         return f"{type(exc).__name__}: {exc}", None
 
 
+def premul_input(entry: collectives.Collective, rank: int, dtype: str, n: int) -> list:
+    return reduced_chunks(entry, rank, n, lambda numel: values.rank_input("sum", dtype, (numel,), rank))
+
+
 def premul_sum(collective: str, dtype: str, factor: float, factor_kind: str = "float"):
-    n = ctx.world_size
+    entry = collectives.get(collective)
     # the factor as a Python float or as a 1-element tensor (both _make_nccl_premul_sum overloads)
     op = dist._make_nccl_premul_sum(factor if factor_kind == "float" else torch.tensor([factor], device=ctx.device))
-    if collective in ("all_reduce", "reduce"):
-        tensor = values.rank_input("sum", dtype, (NUMEL,), ctx.rank).to(ctx.device)
-        if collective == "reduce":
-            dist.reduce(tensor, dst=n - 1, op=op)
-            return tensor.cpu() if ctx.rank == n - 1 else None  # other ranks' tensors are unspecified
-        dist.all_reduce(tensor, op=op)
-        return tensor.cpu()
-    out = torch.zeros(NUMEL, dtype=values.DTYPES[dtype], device=ctx.device)
-    dist.reduce_scatter_tensor(out, values.rank_input("sum", dtype, (NUMEL * n,), ctx.rank).to(ctx.device), op=op)
-    return out.cpu()
+    return _reduce(entry, premul_input(entry, ctx.rank, dtype, ctx.world_size), values.DTYPES[dtype], op)
 
 
 SPARSE_SHAPES = {"1d": (10,), "rows": (6, 3)}  # rows: sparse_dim 1 with a dense row, like embedding gradients
@@ -336,7 +322,7 @@ def group_sparse_all_reduce(shape_name: str, dtype: str):
 
 
 # ------------------------------------------------------------------ clauses
-@pytest.mark.parametrize("operation", moving("broadcast", "all_gather", "send_recv"))
+@pytest.mark.parametrize("operation", moving(collectives.COMPLEX))
 @pytest.mark.parametrize("dtype", COMPLEX)
 def test_complex_moves_bit_for_bit(world, dtype, operation):
     """broadcast, all_gather and send/recv move complex64/complex128 tensors bit for bit."""
@@ -382,21 +368,15 @@ def test_complex_group_all_reduce(world, dtype, op, record_property):
                       f"the group's complex all_reduce {op} on rank {rank}", exact=op != "avg")
 
 
-@pytest.mark.parametrize("collective", [pytest.param(name, marks=pytest.mark.needs(**collectives.need(name)))
-                                        for name in ("reduce", "reduce_scatter_tensor")])
+@pytest.mark.parametrize("collective", [pytest.param(c.name, id=c.name, marks=pytest.mark.needs(**c.need()))
+                                        for c in collectives.with_dtypes_reduced(collectives.COMPLEX)])
 @pytest.mark.parametrize("op", ["sum", "product", "max"])
 @pytest.mark.parametrize("dtype", COMPLEX)
 def test_complex_reduce_and_reduce_scatter(world, dtype, op, collective, record_property):
-    """reduce and reduce_scatter_tensor of complex tensors: SUM exact, PRODUCT complex or refused, MAX refused."""
-    n = world.world_size
-    inputs = [complex_input(r, dtype, op, NUMEL * (n if collective == "reduce_scatter_tensor" else 1))
-              for r in range(n)]
-    if op == "max":
-        expected = [None] * n
-    elif collective == "reduce":
-        expected = [None] * (n - 1) + [semantics.reduce(inputs, op, n - 1)]
-    else:
-        expected = semantics.reduce_scatter_tensor(inputs, op)
+    """reduce and reduce_scatter of complex tensors: SUM exact, PRODUCT complex or refused, MAX refused."""
+    n, entry = world.world_size, collectives.get(collective)
+    inputs = [reduced_chunks(entry, r, n, lambda numel, r=r: complex_input(r, dtype, op, numel)) for r in range(n)]
+    expected = [None] * n if op == "max" else expected_reduced(entry, inputs, op)
     for rank, (error, got) in enumerate(world.run(complex_reduced, collective, dtype, op)):
         if op == "max":
             assert error is not None, f"rank {rank}: {collective} MAX of complex tensors returned instead of raising"
@@ -407,19 +387,21 @@ def test_complex_reduce_and_reduce_scatter(world, dtype, op, collective, record_
             assert error is None, f"rank {rank}: {collective} {op.upper()} of complex tensors raised {error}"
         if error is not None:
             record_property("finding", f"complex {op} refused: {error.splitlines()[0]}")
-        elif expected[rank] is not None:
-            expect_tensor(torch.view_as_real(got), torch.view_as_real(expected[rank]),
-                          f"{collective} {op} of {dtype} on rank {rank}")
+            continue
+        for i, (g, want) in enumerate(zip(got, expected[rank])):
+            if want is not None:
+                expect_tensor(torch.view_as_real(g), torch.view_as_real(want),
+                              f"{collective} {op} of {dtype} on rank {rank} (chunk {i})")
 
 
-@pytest.mark.parametrize("operation", MOVING)
+@pytest.mark.parametrize("operation", moving(collectives.FLOAT8))
 @pytest.mark.parametrize("dtype", FLOAT8)
 def test_float8_moves_bit_for_bit(world, dtype, operation):
     """Data-moving collectives and send/recv carry float8 (e4m3fn, e5m2) bytes unchanged."""
     check_moved(world.run(move, operation, dtype), operation, dtype, world.world_size)
 
 
-@pytest.mark.parametrize("operation", MOVING)
+@pytest.mark.parametrize("operation", moving(collectives.NARROW_INT))
 @pytest.mark.parametrize("dtype", NARROW_INT)
 def test_narrow_int_moves_bit_for_bit(world, dtype, operation):
     """Data-moving collectives and send/recv carry int8/int16/uint16/uint32/uint64 bit for bit (top bit set)."""
@@ -439,23 +421,19 @@ def test_narrow_int_all_reduce(world, dtype, op):
 
 @pytest.mark.needs(feature="premul_sum", op="premul_sum")
 @pytest.mark.parametrize("factor_kind", ["float", "tensor"])
-@pytest.mark.parametrize("collective", ["all_reduce", "reduce", "reduce_scatter"])
+@pytest.mark.parametrize("collective", [pytest.param(c.name, id=c.bench_name)
+                                        for c in collectives.with_dtypes_reduced(collectives.PREMUL_SUM)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_premul_sum(world, collective, dtype, factor_kind):
     """PREMUL_SUM(factor) scales every rank's input by the factor, then sums (exact for a power-of-two factor)."""
-    n, factor = world.world_size, 0.25
-    inputs = [values.rank_input("sum", dtype, (NUMEL * (n if collective == "reduce_scatter" else 1),), r)
-              for r in range(n)]
-    if collective == "all_reduce":
-        expected = semantics.all_reduce([t * factor for t in inputs], "sum")
-    elif collective == "reduce":
-        expected = [None] * (n - 1) + [semantics.reduce([t * factor for t in inputs], "sum", n - 1)]
-    else:
-        expected = semantics.reduce_scatter_tensor([t * factor for t in inputs], "sum")
+    n, factor, entry = world.world_size, 0.25, collectives.get(collective)
+    scaled = [[t * factor for t in premul_input(entry, r, dtype, n)] for r in range(n)]
+    expected = expected_reduced(entry, scaled, "sum")
     for rank, got in enumerate(world.run(premul_sum, collective, dtype, factor, factor_kind)):
-        if expected[rank] is not None:
-            expect_tensor(got, expected[rank], f"{collective} PREMUL_SUM({factor} as a {factor_kind}) {dtype} "
-                                               f"on rank {rank}")
+        for i, (g, want) in enumerate(zip(got, expected[rank])):
+            if want is not None:
+                expect_tensor(g, want, f"{collective} PREMUL_SUM({factor} as a {factor_kind}) {dtype} "
+                                       f"on rank {rank} (chunk {i})")
 
 
 @pytest.mark.needs(collective="all_reduce", feature="sparse")

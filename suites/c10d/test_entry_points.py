@@ -16,15 +16,15 @@ The root of every rooted call is the last rank, so "root is rank 0" shortcuts sh
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Callable
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from backends.reference import semantics
 from fixtures.rank import ctx
-from suites import collectives, compat, values
+from suites import collectives, values
 from suites.checks import expect_tensor
 
 NUMEL = 6  # elements per rank: divides into 1, 2, 3 and 6 chunks (world sizes 2, 3; 4 uses splits)
@@ -59,95 +59,75 @@ def obj(rank: int) -> dict:
     return {"rank": rank, "text": "o" * (5 + 31 * rank), "tensor": torch.arange(3) + rank}
 
 
-# ------------------------------------------------- rank side: one per entry point
-# Each returns this rank's result; EXPECTED below gives it in closed form.
-def _all_reduce():
-    t = mine()
-    dist.all_reduce(t)
-    return t
+# ------------------------------------------- rank side: the table's collectives
+# A collective of suites/collectives.py is called through each of its entry points, with async_op=True
+# where its record says so, and several calls of it as one (its ``*_coalesced`` function, or inside
+# dist._coalescing_manager); every input chunk names its rank and position, the root is the last rank.
+COALESCED_NUMELS = (NUMEL, 3)  # two calls issued as one, of different sizes (the seam shows)
 
 
-def _all_reduce_async():
-    t = mine()
-    dist.all_reduce(t, async_op=True).wait()
-    return t
+def chunks_of(entry: collectives.Collective, rank: int, n: int, call: int = 0) -> list:
+    """Rank ``rank``'s input chunks for call number ``call`` ([] where it passes none)."""
+    if not entry.inputs.passed_by(rank == n - 1):
+        return []
+    return [x(rank, salt=7 * call + 10 * j, numel=COALESCED_NUMELS[call]) for j in range(entry.inputs.count(n))]
 
 
-def _broadcast():
-    t = mine()
-    dist.broadcast(t, src=ctx.world_size - 1)
-    return t
+def _args(entry: collectives.Collective, call: int = 0, async_op: bool = False) -> collectives.Args:
+    n = ctx.world_size
+    chunks = [t.to(ctx.device) for t in chunks_of(entry, ctx.rank, n, call)]
+    return collectives.args_for(entry, chunks, lambda j: zeros(COALESCED_NUMELS[call]), group_size=n,
+                                is_root=ctx.rank == n - 1, op=dist.ReduceOp.SUM, root=n - 1, async_op=async_op)
 
 
-def _reduce():
-    t = mine()
-    dist.reduce(t, dst=ctx.world_size - 1)
-    return t if ctx.rank == ctx.world_size - 1 else None
+def _results(entry: collectives.Collective, args: collectives.Args, call: int = 0) -> list:
+    return collectives.result_chunks(entry, args, [COALESCED_NUMELS[call]] * ctx.world_size)
 
 
-def _all_gather():
-    out = [zeros() for _ in range(ctx.world_size)]
-    dist.all_gather(out, mine())
-    return out
+def call_collective(name: str, entry_point: str, async_op: bool = False) -> list:
+    """One call of collective ``name`` through ``entry_point``: this rank's result chunks."""
+    entry = collectives.get(name)
+    args = _args(entry, async_op=async_op)
+    work = entry.issue(args, entry_point)
+    if async_op:
+        work.wait()
+    return _results(entry, args)
 
 
-def _all_gather_into_tensor():
-    out = zeros(NUMEL * ctx.world_size)
-    dist.all_gather_into_tensor(out, mine())
-    return out
+def call_coalesced(name: str) -> list:
+    """Two calls of collective ``name`` in one call of its ``*_coalesced`` function: per call, result chunks."""
+    entry = collectives.get(name)
+    calls = [_args(entry, i) for i in range(len(COALESCED_NUMELS))]
+    entry.issue_coalesced(collectives.Args([a.inputs[0] for a in calls], [a.outputs for a in calls if a.outputs],
+                                           op=dist.ReduceOp.SUM))
+    return [_results(entry, a, i) for i, a in enumerate(calls)]
 
 
-def _all_gather_single():
-    out = zeros(NUMEL * ctx.world_size)
-    compat.all_gather_single(out, mine())
-    return out
+def call_coalescing_manager(name: str) -> list:
+    """Two calls of collective ``name`` inside dist._coalescing_manager: per call, result chunks."""
+    entry = collectives.get(name)
+    calls = [_args(entry, i) for i in range(len(COALESCED_NUMELS))]
+    with dist._coalescing_manager():
+        for a in calls:
+            entry.issue(a)
+    return [_results(entry, a, i) for i, a in enumerate(calls)]
 
 
-def _gather():
-    root = ctx.world_size - 1
-    out = [zeros() for _ in range(ctx.world_size)] if ctx.rank == root else None
-    dist.gather(mine(), out, dst=root)
-    return out
+def expected_call(name: str, n: int, call: int = 0) -> list:
+    """Every rank's result chunks of one call of collective ``name`` (None: unspecified), by the table's oracle."""
+    entry = collectives.get(name)
+    return entry.oracle([chunks_of(entry, r, n, call) for r in range(n)], "sum" if entry.reduces else None,
+                        n - 1 if entry.rooted else None)
 
 
-def _scatter():
-    root = ctx.world_size - 1
-    inputs = [x(100 + i).to(ctx.device) for i in range(ctx.world_size)] if ctx.rank == root else None
-    out = zeros()
-    dist.scatter(out, inputs, src=root)
-    return out
+def expected_calls(name: str, n: int) -> list:
+    """Per rank, per call of a coalesced pair: its result chunks."""
+    per_call = [expected_call(name, n, i) for i in range(len(COALESCED_NUMELS))]
+    return [[per_call[i][r] for i in range(len(per_call))] for r in range(n)]
 
 
-def _reduce_scatter():
-    out = zeros()
-    dist.reduce_scatter(out, [mine(salt=10 * i) for i in range(ctx.world_size)])
-    return out
-
-
-def _reduce_scatter_tensor():
-    out = zeros()
-    dist.reduce_scatter_tensor(out, mine(numel=NUMEL * ctx.world_size))
-    return out
-
-
-def _reduce_scatter_single():
-    out = zeros()
-    compat.reduce_scatter_single(out, mine(numel=NUMEL * ctx.world_size))
-    return out
-
-
-def _all_to_all():
-    out = [zeros() for _ in range(ctx.world_size)]
-    dist.all_to_all(out, [mine(salt=10 * j) for j in range(ctx.world_size)])
-    return out
-
-
-def _all_to_all_single():
-    out = zeros(2 * ctx.world_size)
-    dist.all_to_all_single(out, mine(numel=2 * ctx.world_size))
-    return out
-
-
+# ------------------------------------------ rank side: the other entry points
+# Each returns this rank's result; its case gives the expectation in closed form.
 def _barrier():
     dist.barrier()
     return None
@@ -156,42 +136,6 @@ def _barrier():
 def _monitored_barrier():
     dist.monitored_barrier(timeout=timedelta(seconds=30))
     return None
-
-
-def _all_reduce_coalesced():
-    tensors = [mine(), mine(salt=7, numel=3)]
-    dist.all_reduce_coalesced(tensors)
-    return tensors
-
-
-def _all_gather_coalesced():
-    out = [[zeros(), zeros(3)] for _ in range(ctx.world_size)]
-    dist.all_gather_coalesced(out, [mine(), mine(salt=7, numel=3)])
-    return out
-
-
-def _coalescing_manager_all_reduce():
-    tensors = [mine(), mine(salt=7, numel=3)]
-    with dist._coalescing_manager():
-        for t in tensors:
-            dist.all_reduce(t)
-    return tensors
-
-
-def _coalescing_manager_all_gather_into_tensor():
-    outs = [zeros(NUMEL * ctx.world_size), zeros(3 * ctx.world_size)]
-    with dist._coalescing_manager():
-        dist.all_gather_into_tensor(outs[0], mine())
-        dist.all_gather_into_tensor(outs[1], mine(salt=7, numel=3))
-    return outs
-
-
-def _coalescing_manager_reduce_scatter_tensor():
-    outs = [zeros(), zeros(3)]
-    with dist._coalescing_manager():
-        dist.reduce_scatter_tensor(outs[0], mine(numel=NUMEL * ctx.world_size))
-        dist.reduce_scatter_tensor(outs[1], mine(salt=7, numel=3 * ctx.world_size))
-    return outs
 
 
 def _all_gather_object():
@@ -261,64 +205,36 @@ def _batch_isend_irecv():
 
 
 # ------------------------------------------------------ closed-form results
-def _sum(tensors):
-    return semantics.reduce_tensors("sum", tensors)
+def _nothing(n: int) -> list:
+    return [None] * n
 
 
-def _expected(name: str, n: int) -> list:
-    """Every rank's result of entry point ``name`` at world size ``n`` (None: nothing to check)."""
-    last = n - 1
-    xs = [x(r) for r in range(n)]
-    if name in ("all_reduce", "all_reduce_async"):
-        return semantics.all_reduce(xs, "sum")
-    if name == "broadcast":
-        return semantics.broadcast(xs, last)
-    if name == "reduce":
-        return [None] * last + [semantics.reduce(xs, "sum", last)]
-    if name == "all_gather":
-        return semantics.all_gather(xs)
-    if name in ("all_gather_into_tensor", "all_gather_single"):
-        return semantics.all_gather_into_tensor(xs)
-    if name == "gather":
-        return [None] * last + [semantics.gather(xs, last)]
-    if name == "scatter":
-        return semantics.scatter([x(100 + i) for i in range(n)], n)
-    if name == "reduce_scatter":
-        return semantics.reduce_scatter([[x(r, 10 * i) for i in range(n)] for r in range(n)], "sum")
-    if name in ("reduce_scatter_tensor", "reduce_scatter_single"):
-        return semantics.reduce_scatter_tensor([x(r, numel=NUMEL * n) for r in range(n)], "sum")
-    if name == "all_to_all":
-        return semantics.all_to_all([[x(r, 10 * j) for j in range(n)] for r in range(n)])
-    if name == "all_to_all_single":
-        return semantics.all_to_all_single([x(r, numel=2 * n) for r in range(n)], [None] * n)
-    if name in ("barrier", "monitored_barrier"):
-        return [None] * n
-    if name in ("all_reduce_coalesced", "coalescing_manager_all_reduce"):
-        return semantics.all_reduce_coalesced([[x(r), x(r, 7, 3)] for r in range(n)], "sum")
-    if name == "all_gather_coalesced":
-        return semantics.all_gather_coalesced([[x(r), x(r, 7, 3)] for r in range(n)])
-    if name == "coalescing_manager_all_gather_into_tensor":
-        return [list(pair) for pair in zip(semantics.all_gather_into_tensor(xs),
-                                           semantics.all_gather_into_tensor([x(r, 7, 3) for r in range(n)]))]
-    if name == "coalescing_manager_reduce_scatter_tensor":
-        first = semantics.reduce_scatter_tensor([x(r, numel=NUMEL * n) for r in range(n)], "sum")
-        second = semantics.reduce_scatter_tensor([x(r, 7, 3 * n) for r in range(n)], "sum")
-        return [[a, b] for a, b in zip(first, second)]
-    if name == "all_gather_object":
-        return [[obj(r) for r in range(n)]] * n
-    if name == "broadcast_object_list":
-        return [[obj(last), last]] * n
-    if name == "gather_object":
-        return [None] * last + [[obj(r) for r in range(n)]]
-    if name == "scatter_object_list":
-        return [obj(100 + i) for i in range(n)]
-    if name == "send_recv_object_list":
-        return [None] * last + [[obj(0), "tail"]]
-    if name == "send_recv":
-        return [None] * last + [x(0)]
-    if name in ("isend_irecv", "batch_isend_irecv"):
-        return [x((r - 1) % n) for r in range(n)]
-    raise KeyError(name)
+def _objects_gathered(n: int) -> list:
+    return [[obj(r) for r in range(n)]] * n
+
+
+def _object_list_broadcast(n: int) -> list:
+    return [[obj(n - 1), n - 1]] * n
+
+
+def _objects_at_root(n: int) -> list:
+    return [None] * (n - 1) + [[obj(r) for r in range(n)]]
+
+
+def _objects_scattered(n: int) -> list:
+    return [obj(100 + i) for i in range(n)]
+
+
+def _object_list_received(n: int) -> list:
+    return [None] * (n - 1) + [[obj(0), "tail"]]
+
+
+def _tensor_received(n: int) -> list:
+    return [None] * (n - 1) + [x(0)]
+
+
+def _ring_received(n: int) -> list:
+    return [x((r - 1) % n) for r in range(n)]
 
 
 def expect_same(actual, expected, what: str) -> None:
@@ -340,49 +256,49 @@ def expect_same(actual, expected, what: str) -> None:
         assert actual == expected, f"{what}: got {actual!r}, expected {expected!r}"
 
 
-# ------------------------------------------------------------------ the table
-def _entry(name: str, fn: Callable, of: str | None = None, **needs) -> object:
-    """The case of entry point ``name``. ``of``: the collective of suites/collectives.py it calls (default: ``name``
-    when the table has it); the table states that collective's requirements (family and form)."""
-    of = of or (name if name in collectives.TABLE else None)
-    if of is not None:
-        needs = {**collectives.need(of), **needs}
-    return pytest.param(name, fn, id=name, marks=pytest.mark.needs(entry_point=name, **needs))
+# ------------------------------------------------------------------ the cases
+def _case(name: str, fn: Callable, expected: Callable[[int], list], **needs) -> object:
+    """The case of entry point ``name``: ``fn`` runs on every rank, ``expected(n)`` is every rank's result."""
+    return pytest.param(name, fn, expected, id=name, marks=pytest.mark.needs(entry_point=name, **needs))
 
 
-ENTRY_POINTS = [
-    _entry("all_reduce", _all_reduce),
-    _entry("all_reduce_async", _all_reduce_async, of="all_reduce"),
-    _entry("broadcast", _broadcast),
-    _entry("reduce", _reduce),
-    _entry("all_gather", _all_gather),
-    _entry("all_gather_into_tensor", _all_gather_into_tensor),
-    _entry("all_gather_single", _all_gather_single, of="all_gather_into_tensor"),
-    _entry("gather", _gather),
-    _entry("scatter", _scatter),
-    _entry("reduce_scatter", _reduce_scatter),
-    _entry("reduce_scatter_tensor", _reduce_scatter_tensor),
-    _entry("reduce_scatter_single", _reduce_scatter_single, of="reduce_scatter_tensor"),
-    _entry("all_to_all", _all_to_all),
-    _entry("all_to_all_single", _all_to_all_single),
-    _entry("barrier", _barrier, collective="barrier"),
-    _entry("monitored_barrier", _monitored_barrier, feature="monitored_barrier"),
-    _entry("all_reduce_coalesced", _all_reduce_coalesced, of="all_reduce", feature="coalescing"),
-    _entry("all_gather_coalesced", _all_gather_coalesced, of="all_gather", feature="coalescing"),
-    _entry("coalescing_manager_all_reduce", _coalescing_manager_all_reduce, of="all_reduce", feature="coalescing"),
-    _entry("coalescing_manager_all_gather_into_tensor", _coalescing_manager_all_gather_into_tensor,
-           of="all_gather_into_tensor", feature="coalescing"),
-    _entry("coalescing_manager_reduce_scatter_tensor", _coalescing_manager_reduce_scatter_tensor,
-           of="reduce_scatter_tensor", feature="coalescing"),
-    _entry("all_gather_object", _all_gather_object, feature="object_collectives"),
-    _entry("broadcast_object_list", _broadcast_object_list, feature="object_collectives"),
-    _entry("gather_object", _gather_object, feature="object_collectives"),
-    _entry("scatter_object_list", _scatter_object_list, feature="object_collectives"),
-    _entry("send_recv_object_list", _send_recv_object_list, feature="object_collectives"),
-    _entry("send_recv", _send_recv, collective="send_recv"),
-    _entry("isend_irecv", _isend_irecv, collective="send_recv"),
-    _entry("batch_isend_irecv", _batch_isend_irecv, collective="batch_isend_irecv"),
+def table_cases() -> list:
+    """Every entry point of every collective of suites/collectives.py, in table order; the table states
+    each one's requirements (family and form). An entry point two records claim is called once."""
+    cases: dict[str, object] = {}
+
+    def add(name, fn, expected, entry, **needs):
+        cases.setdefault(name, _case(name, fn, expected, **entry.need(), **needs))
+
+    for entry in collectives.TABLE.values():
+        single = partial(expected_call, entry.name)
+        for entry_point in entry.entry_point_names:
+            add(entry_point, partial(call_collective, entry.name, entry_point), single, entry)
+        if entry.async_entry_point:
+            add(f"{entry.name}_async", partial(call_collective, entry.name, None, True), single, entry)
+    for entry in collectives.TABLE.values():
+        if entry.coalesced.function:
+            add(entry.coalesced.function, partial(call_coalesced, entry.name), partial(expected_calls, entry.name),
+                entry, feature="coalescing")
+    for entry in collectives.coalescing_managed():
+        add(f"coalescing_manager_{entry.name}", partial(call_coalescing_manager, entry.name),
+            partial(expected_calls, entry.name), entry, feature="coalescing")
+    return list(cases.values())
+
+
+OTHER_ENTRY_POINTS = [
+    _case("barrier", _barrier, _nothing, collective="barrier"),
+    _case("monitored_barrier", _monitored_barrier, _nothing, feature="monitored_barrier"),
+    _case("all_gather_object", _all_gather_object, _objects_gathered, feature="object_collectives"),
+    _case("broadcast_object_list", _broadcast_object_list, _object_list_broadcast, feature="object_collectives"),
+    _case("gather_object", _gather_object, _objects_at_root, feature="object_collectives"),
+    _case("scatter_object_list", _scatter_object_list, _objects_scattered, feature="object_collectives"),
+    _case("send_recv_object_list", _send_recv_object_list, _object_list_received, feature="object_collectives"),
+    _case("send_recv", _send_recv, _tensor_received, collective="send_recv"),
+    _case("isend_irecv", _isend_irecv, _ring_received, collective="send_recv"),
+    _case("batch_isend_irecv", _batch_isend_irecv, _ring_received, collective="batch_isend_irecv"),
 ]
+ENTRY_POINTS = table_cases() + OTHER_ENTRY_POINTS
 
 
 class EntryPointFailed(AssertionError):
@@ -399,9 +315,9 @@ def call_entry_point(name: str, fn: Callable):
 
 
 # ------------------------------------------------------------------ clauses
-@pytest.mark.parametrize("entry_point,fn", ENTRY_POINTS)
-def test_entry_point(world, entry_point, fn):
+@pytest.mark.parametrize("entry_point,fn,expected", ENTRY_POINTS)
+def test_entry_point(world, entry_point, fn, expected):
     """Every torch.distributed entry point runs on the backend and gives every rank the closed-form result."""
     results = world.run(call_entry_point, entry_point, fn)
-    for rank, (actual, expected) in enumerate(zip(results, _expected(entry_point, world.world_size))):
+    for rank, (actual, expected) in enumerate(zip(results, expected(world.world_size))):
         expect_same(actual, expected, f"dist.{entry_point} on rank {rank}")

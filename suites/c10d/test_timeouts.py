@@ -3,10 +3,11 @@
 The group is made inside the live world with new_group(timeout=...): no world
 restart, and the default group is never exposed to the timeout.
 
-Every collective of suites/collectives.py is a case (and all_reduce once more
-through async_op=True and Work.wait()). The absent rank is the last one. When
-data flows from a root (broadcast, scatter) the absent rank is the root, so
-every other rank waits for it and must raise. When data flows into a root
+Every collective of suites/collectives.py is a case (and those whose record says
+``async_entry_point``, all_reduce, once more through async_op=True and
+Work.wait()). The absent rank is the last one. When data flows from a root
+(broadcast, scatter) the absent rank is the root, so every other rank waits
+for it and must raise. When data flows into a root
 (reduce, gather) rank 0 is the root: it waits for the absent rank's
 contribution and must raise; the other ranks may legitimately finish their
 send without the absent rank, so they may return or raise.
@@ -21,13 +22,14 @@ from suites.c10d.timeouts import call_while_one_rank_skips, expect_timeout_error
 pytestmark = pytest.mark.needs(feature="group_timeout")
 
 TIMEOUT_S = 0.5
-ASYNC = ("all_reduce",)  # also issued with async_op=True, the error surfacing from Work.wait()
 
 
 def cases() -> list:
-    """(case id, collective name, async_op) for every collective of the table."""
-    names = list(collectives.TABLE)
-    return [(name, name, False) for name in names] + [(f"async_{name}", name, True) for name in ASYNC]
+    """(case id, collective name, async_op) for every collective of the table, and once more with
+    async_op=True (the error surfacing from Work.wait()) for those the table issues async too."""
+    entries = list(collectives.TABLE.values())
+    return [(c.name, c.name, False) for c in entries] + [(f"async_{c.name}", c.name, True)
+                                                          for c in entries if c.async_entry_point]
 
 
 def root_of(name: str, world_size: int) -> int | None:

@@ -19,7 +19,7 @@ import torch.distributed._functional_collectives as funcol
 
 from backends.reference import semantics
 from fixtures.rank import ctx
-from suites import values
+from suites import collectives, values
 from suites.checks import expect_on_every_rank, expect_tensor
 from suites.parallel import common
 
@@ -79,14 +79,41 @@ def funcol_all_to_all(uneven: bool):
     return funcol.wait_tensor(out).cpu()
 
 
+def input_rows(entry: collectives.Collective, rank: int, world_size: int) -> list[int]:
+    """Rows of each of rank ``rank``'s input chunks: uneven splits where the collective takes them, else 2."""
+    uneven = "uneven" in entry.splits
+    return [split_size(rank, j, uneven) for j in range(entry.inputs.count(world_size))]
+
+
+def functional_args(entry: collectives.Collective, rank: int, world_size: int) -> collectives.FunctionalArgs:
+    """SUM along dim 0 on the world; split sizes where the collective takes them."""
+    args = collectives.FunctionalArgs(dist.group.WORLD)
+    if entry.splits:
+        args.input_splits = input_rows(entry, rank, world_size)
+        args.output_splits = [input_rows(entry, i, world_size)[rank] for i in range(world_size)]
+    return args
+
+
+def functional_input(entry: collectives.Collective, rank: int, world_size: int, cols: tuple = (), salt: int = 0):
+    return common.rank_tensor(rank, (sum(input_rows(entry, rank, world_size)),) + cols, salt)
+
+
+def oracle_rows(entry: collectives.Collective, inputs: list, rank_rows: list) -> list:
+    """The table's oracle (SUM) over every rank's input, cut into its chunks: per rank, its output chunks."""
+    chunks = [list(t.split(rows)) for t, rows in zip(inputs, rank_rows)]
+    return entry.oracle(chunks, "sum" if entry.reduces else None, None)
+
+
 def funcol_in_flight():
-    """Three collectives issued before any is waited on, then waited in reverse order."""
-    n, group = ctx.world_size, dist.group.WORLD
-    a = funcol.all_reduce(common.rank_tensor(ctx.rank, (5,)).to(ctx.device), "sum", group)
-    b = common.all_gather(common.rank_tensor(ctx.rank, (3,), salt=1).to(ctx.device), 0, group)
-    c = common.reduce_scatter(common.rank_tensor(ctx.rank, (2 * n,), salt=2).to(ctx.device), "sum", 0, group)
-    kinds = [type(t).__name__ for t in (a, b, c)]
-    return [funcol.wait_tensor(t).cpu() for t in (c, b, a)][::-1], kinds
+    """Every functional collective issued before any is waited on, then waited in reverse order."""
+    n, me = ctx.world_size, ctx.rank
+    pending = []
+    for salt, entry in enumerate(collectives.functional()):
+        args = functional_args(entry, me, n)
+        x = functional_input(entry, me, n, salt=salt).to(ctx.device)
+        pending.append(entry.functional.call(entry.functional.function(), x, args))
+    kinds = [type(t).__name__ for t in pending]
+    return [funcol.wait_tensor(t).cpu() for t in pending[::-1]][::-1], kinds
 
 
 def _weights(rank: int, shape) -> torch.Tensor:
@@ -94,22 +121,10 @@ def _weights(rank: int, shape) -> torch.Tensor:
 
 
 def funcol_backward(collective: str):
-    n, me, group = ctx.world_size, ctx.rank, dist.group.WORLD
-    if collective == "all_reduce":
-        x = common.rank_tensor(me, (3, 2))
-        out_of = lambda t: funcol.all_reduce(t, "sum", group)  # noqa: E731
-    elif collective == "all_gather":
-        x = common.rank_tensor(me, (2, 2))
-        out_of = lambda t: common.all_gather_autograd(t, 0, group)  # noqa: E731
-    elif collective == "reduce_scatter":
-        x = common.rank_tensor(me, (2 * n, 2))
-        out_of = lambda t: common.reduce_scatter_autograd(t, "sum", 0, group)  # noqa: E731
-    else:
-        x, in_splits = _a2a_input(me, n, True)
-        out_splits = [split_size(i, me, True) for i in range(n)]
-        out_of = lambda t: funcol.all_to_all_single_autograd(t, out_splits, in_splits, group)  # noqa: E731
-    x = x.to(ctx.device).requires_grad_(True)
-    out = funcol.wait_tensor(out_of(x))
+    n, me, entry = ctx.world_size, ctx.rank, collectives.get(collective)
+    x = functional_input(entry, me, n, (2,)).to(ctx.device).requires_grad_(True)
+    out = funcol.wait_tensor(entry.functional.call(entry.functional.function(differentiable=True), x,
+                                                   functional_args(entry, me, n)))
     (out * _weights(me, out.shape).to(ctx.device)).sum().backward()
     return x.grad.cpu()
 
@@ -175,31 +190,30 @@ def test_funcol_wait_tensor_in_flight(world):
     """Collectives issued back to back complete independently: wait_tensor in reverse order gives each its own exact result."""
     results = world.run(funcol_in_flight)
     n = world.world_size
-    expected = [semantics.all_reduce([common.rank_tensor(r, (5,)) for r in range(n)], "sum")[0],
-                torch.cat([common.rank_tensor(r, (3,), salt=1) for r in range(n)]),
-                None]
-    scatter_in = [list(common.rank_tensor(r, (2 * n,), salt=2).chunk(n)) for r in range(n)]
+    expected = []
+    for salt, entry in enumerate(collectives.functional()):
+        rows = [input_rows(entry, r, n) for r in range(n)]
+        outs = oracle_rows(entry, [functional_input(entry, r, n, salt=salt) for r in range(n)], rows)
+        expected.append((entry.name, [torch.cat(chunks) for chunks in outs]))
     for rank, (outs, _) in enumerate(results):
-        expected[2] = semantics.reduce_scatter(scatter_in, "sum")[rank]
-        for what, out, exp in zip(("all_reduce", "all_gather", "reduce_scatter"), outs, expected):
-            expect_tensor(out, exp, f"{what} waited last-issued-first on rank {rank}")
+        for (what, exp), out in zip(expected, outs):
+            expect_tensor(out, exp[rank], f"{what} waited last-issued-first on rank {rank}")
 
 
 def _expected_grads(collective: str, n: int) -> list[torch.Tensor]:
-    """The adjoint of each collective applied to every rank's output weights (via the oracle)."""
-    if collective == "all_reduce":
-        return semantics.all_reduce([_weights(r, (3, 2)) for r in range(n)], "sum")
-    if collective == "all_gather":
-        return semantics.reduce_scatter([list(_weights(r, (2 * n, 2)).chunk(n)) for r in range(n)], "sum")
-    if collective == "reduce_scatter":
-        return [torch.cat(semantics.all_gather([_weights(r, (2, 2)) for r in range(n)])[0])] * n
-    out_splits = [[split_size(i, r, True) for i in range(n)] for r in range(n)]
-    weights = [_weights(r, (sum(out_splits[r]), 2)) for r in range(n)]
-    return semantics.all_to_all_single(weights, out_splits)
+    """The adjoint collective (the table's ``functional.adjoint``) applied to every rank's output weights,
+    cut as the forward's output chunks (via the oracle)."""
+    entry = collectives.get(collective)
+    adjoint = collectives.get(entry.functional.adjoint)
+    rows = [input_rows(entry, r, n) for r in range(n)]
+    forward = oracle_rows(entry, [functional_input(entry, r, n, (2,)) for r in range(n)], rows)
+    weights = [list(_weights(r, (sum(c.shape[0] for c in chunks), 2)).split([c.shape[0] for c in chunks]))
+               for r, chunks in enumerate(forward)]
+    return [torch.cat(chunks) for chunks in adjoint.oracle(weights, "sum", None)]
 
 
 @pytest.mark.needs(feature="autograd")
-@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("collective", [pytest.param(c.name, id=c.bench_name) for c in collectives.functional()])
 def test_funcol_backward(world, collective):
     """Autograd through a functional collective: every rank's input gradient is the adjoint collective of the output gradients."""
     results = world.run(funcol_backward, collective)

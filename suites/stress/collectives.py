@@ -41,6 +41,7 @@ import os
 import sys
 import time
 
+from suites.collectives import Collective
 from suites.stress import metrics
 from suites.stress.common import (WorldSlot, backend_registry, csv_list as _csv, device_plan, host_info,
                                   run_until_interrupted, say)
@@ -113,6 +114,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown or not args.collective_list:
         parser.error(f"--collectives: unknown {', '.join(unknown) or '(none given)'}; "
                      f"known: {', '.join(collective_names())}")
+    # the names become the table's records here, once; everything after takes the records
+    args.collective_records = [metrics.entry(name) for name in args.collective_list]
     try:
         args.sizes = metrics.size_sweep(metrics.parse_bytes(args.min_bytes), metrics.parse_bytes(args.max_bytes),
                                         args.step_factor, extra=[t[2] for t in HEADLINE_TARGETS])
@@ -157,16 +160,16 @@ def table_row(record: dict) -> str:
 
 
 # ------------------------------------------------------------------ rows
-def make_record(backend: str, world_size: int, collective: str, dtype: str, results: list[dict]) -> dict:
-    """One table row from every rank's bench_row result."""
+def make_record(backend: str, world_size: int, collective: Collective, dtype: str, results: list[dict]) -> dict:
+    """One table row from every rank's bench_row result (``collective``: the table's record)."""
     p50 = max(metrics.percentile(r["samples"], 50) for r in results)
     p99 = max(metrics.percentile(r["samples"], 99) for r in results)
     size = results[0]["size"]
     return {
-        "backend": backend, "world_size": world_size, "collective": collective,
+        "backend": backend, "world_size": world_size, "collective": collective.bench_name,
         "size": size, "count": results[0]["count"], "type": dtype,
-        "redop": "sum" if metrics.entry(collective).reduces else "none",
-        "root": 0 if metrics.entry(collective).rooted else -1,
+        "redop": "sum" if collective.reduces else "none",
+        "root": 0 if collective.rooted else -1,
         "time_us": p50 * 1e6, "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
         "algbw": metrics.algbw(size, p50), "busbw": metrics.busbw(collective, world_size, size, p50),
         "bus_factor": metrics.bus_factor(collective, world_size),
@@ -228,18 +231,19 @@ class Bench:
                                              deadline=self.args.deadline)
                 # collectives outer, backends inner: the backends' tables of one
                 # collective are measured (and printed) next to each other
-                for collective in self.args.collective_list:
+                for collective in self.args.collective_records:
                     for name, slot in worlds.items():
                         self._run_collective(name, slot, world_size, collective)
             finally:
                 for slot in worlds.values():
                     slot.close()
 
-    def _run_collective(self, name: str, slot: WorldSlot, world_size: int, collective: str) -> None:
+    def _run_collective(self, name: str, slot: WorldSlot, world_size: int, record: Collective) -> None:
         from fixtures.errors import WorldError
         from suites.stress.rank_bench import bench_row
 
         args = self.args
+        collective = record.bench_name  # what the tables and the JSON call it
         try:
             world = slot.get()  # the live world, reset or replaced after a failure
         except Exception as exc:
@@ -265,7 +269,7 @@ class Bench:
             call_started = time.monotonic()
             self.progress.start(f"{name} ws{world_size} {collective} {metrics.format_bytes(nbytes)}")
             try:
-                results = world.run(bench_row, collective, nbytes, args.dtype, warmup=args.warmup,
+                results = world.run(bench_row, record, nbytes, args.dtype, warmup=args.warmup,
                                     max_iters=args.iters, min_iters=args.min_iters,
                                     target_seconds=args.target_seconds, deadline=deadline)
             except WorldError as exc:
@@ -276,14 +280,14 @@ class Bench:
                 self.progress.skip(len(args.sizes) - position)
                 return
             self.progress.step()
-            record = make_record(name, world_size, collective, args.dtype, results)
-            record["wall_s"] = time.monotonic() - call_started
-            previous = (nbytes, record["p50_us"] / 1e6)
-            if record["size"] in seen_sizes:  # e.g. 8 B and 16 B both round up to one element per rank
+            row = make_record(name, world_size, record, args.dtype, results)
+            row["wall_s"] = time.monotonic() - call_started
+            previous = (nbytes, row["p50_us"] / 1e6)
+            if row["size"] in seen_sizes:  # e.g. 8 B and 16 B both round up to one element per rank
                 continue
-            seen_sizes.add(record["size"])
-            self.records.append(record)
-            say(table_row(record))
+            seen_sizes.add(row["size"])
+            self.records.append(row)
+            say(table_row(row))
 
 
 # ------------------------------------------------------------------ comparison

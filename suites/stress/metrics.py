@@ -13,9 +13,11 @@ nccl-tests (doc/PERFORMANCE.md and src/*.cu) reports, per operation size:
   reduce_scatter, all_to_all, gather, scatter (n-1)/n; broadcast and reduce 1.
 
 Which collectives exist, their buffers and bus factors come from the one
-table, suites/collectives.py, under their benchmark names (nccl-tests' for the
-one-tensor forms: all_gather is all_gather_into_tensor; ``*_list`` for torch's
-list forms). This module is pure arithmetic (no torch), so it is unit-tested directly.
+table, suites/collectives.py. A benchmark name (nccl-tests' for the one-tensor
+forms: all_gather is all_gather_into_tensor; ``*_list`` for torch's list
+forms) is what the user types and what the report shows; ``entry`` turns it
+into the table's record once, at the command line, and everything after takes
+the record. This module is pure arithmetic (no torch), so it is unit-tested directly.
 """
 
 from __future__ import annotations
@@ -40,16 +42,16 @@ def entry(collective: str) -> table.Collective:
     return table.by_bench_name(collective)
 
 
-def bus_factor(collective: str, world_size: int) -> float:
+def bus_factor(record: table.Collective, world_size: int) -> float:
     """busbw / algbw, exactly as nccl-tests: 2(n-1)/n, (n-1)/n or 1 (the table's ``bus_factor``)."""
-    return entry(collective).bus_factor(world_size)
+    return record.bus_factor(world_size)
 
 
 @dataclass(frozen=True)
 class Layout:
     """The buffers of one benchmark row on every rank."""
 
-    collective: str
+    record: table.Collective
     world_size: int
     elem_size: int
     chunk: int  # per-rank count (all_gather input, reduce_scatter output, all_to_all per peer); else the count
@@ -59,7 +61,7 @@ class Layout:
     @property
     def count(self) -> int:
         """The ``count`` column: elements of ``size``."""
-        if entry(self.collective).partitioned:
+        if self.record.partitioned:
             return self.world_size * self.chunk
         return self.chunk
 
@@ -69,20 +71,19 @@ class Layout:
         return self.count * self.elem_size
 
 
-def layout(collective: str, nbytes: int, world_size: int, elem_size: int) -> Layout:
+def layout(record: table.Collective, nbytes: int, world_size: int, elem_size: int) -> Layout:
     """Buffers for a nominal size of ``nbytes``.
 
     As in nccl-tests the per-rank count of a partitioned collective is rounded
     down to a multiple of the world size (at least one element each), so the
     reported ``size`` can be a little off the nominal one (e.g. 64 MiB / 3 ranks).
     """
-    record = entry(collective)
     n = world_size
     count = max(1, nbytes // elem_size)
     chunk = max(1, count // n) if record.partitioned else count
     in_numel = chunk * record.inputs.count(n)
     out_numel = in_numel if record.in_place else chunk * record.outputs.count(n)
-    return Layout(collective, n, elem_size, chunk, in_numel, out_numel)
+    return Layout(record, n, elem_size, chunk, in_numel, out_numel)
 
 
 def algbw(size_bytes: int, seconds: float) -> float:
@@ -90,8 +91,8 @@ def algbw(size_bytes: int, seconds: float) -> float:
     return size_bytes / 1e9 / seconds if seconds > 0 else float("inf")
 
 
-def busbw(collective: str, world_size: int, size_bytes: int, seconds: float) -> float:
-    return algbw(size_bytes, seconds) * bus_factor(collective, world_size)
+def busbw(record: table.Collective, world_size: int, size_bytes: int, seconds: float) -> float:
+    return algbw(size_bytes, seconds) * bus_factor(record, world_size)
 
 
 def percentile(samples, p: float) -> float:

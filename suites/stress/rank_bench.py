@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from fixtures.rank import ctx
-from suites.collectives import Args
-from suites.stress.metrics import entry, layout
+from suites.collectives import Args, Collective
+from suites.stress.metrics import layout
 
 # Largest integer up to which every integer is exactly representable.
 _EXACT_UP_TO = {
@@ -57,7 +57,7 @@ def rank_input(rank: int, numel: int, dtype: torch.dtype, modulus: int, device="
     return _tile(_period(rank, 0, numel, dtype, modulus, device), numel)
 
 
-def expected_output(collective: str, rank: int, world_size: int, lay, dtype: torch.dtype,
+def expected_output(record: Collective, rank: int, world_size: int, lay, dtype: torch.dtype,
                     modulus: int) -> torch.Tensor | None:
     """What ``rank`` must hold after the collective, from the table's oracle; None: nothing to check.
 
@@ -67,7 +67,7 @@ def expected_output(collective: str, rank: int, world_size: int, lay, dtype: tor
     applied to one period of each chunk and its answer tiled to full length:
     exact, and cheap at 64 MiB.
     """
-    record, n = entry(collective), world_size
+    n = world_size
     chunks = record.inputs.count(n)
     size = lay.in_numel // chunks  # chunk k of rank r's input starts at element k * size
     inputs = [[_period(r, k * size, size, dtype, modulus) for k in range(chunks)]
@@ -88,9 +88,8 @@ def _sides(flat: torch.Tensor, slots, n: int) -> list:
 class _Buffers:
     """Input/output tensors of one row and the call that runs the collective on them."""
 
-    def __init__(self, collective: str, lay, dtype, modulus: int, device):
-        self.collective, self.lay, self.dtype, self.modulus, self.device = collective, lay, dtype, modulus, device
-        self.record = record = entry(collective)
+    def __init__(self, record: Collective, lay, dtype, modulus: int, device):
+        self.record, self.lay, self.dtype, self.modulus, self.device = record, lay, dtype, modulus, device
         self.input = rank_input(ctx.rank, lay.in_numel, dtype, modulus, device)
         self.in_place = record.in_place
         self.output = self.input if self.in_place else torch.empty(lay.out_numel, dtype=dtype, device=device)
@@ -117,16 +116,19 @@ def _synchronizer(device: torch.device):
     return lambda: module.synchronize(device)
 
 
-def bench_row(collective: str, nbytes: int, dtype_name: str, *, warmup: int, max_iters: int,
+def bench_row(record: Collective, nbytes: int, dtype_name: str, *, warmup: int, max_iters: int,
               min_iters: int, target_seconds: float, warmup_seconds: float = 0.05) -> dict:
-    """Time one (collective, size) on this rank; return its samples and wrong-element count."""
+    """Time one (collective, size) on this rank; return its samples and wrong-element count.
+
+    ``record``: the table's record itself, sent to the rank (its functions are module-level, so it pickles
+    by reference; a plugin's entry is imported on every rank with the plugin)."""
     dtype = getattr(torch, dtype_name)
     n, rank = ctx.world_size, ctx.rank
     device = ctx.tensor_device()
     elem_size = torch.empty((), dtype=dtype).element_size()
-    lay = layout(collective, nbytes, n, elem_size)
+    lay = layout(record, nbytes, n, elem_size)
     modulus = fill_modulus(dtype, n)
-    buffers = _Buffers(collective, lay, dtype, modulus, device)
+    buffers = _Buffers(record, lay, dtype, modulus, device)
     sync = _synchronizer(device)
 
     def once() -> float:
@@ -159,7 +161,7 @@ def bench_row(collective: str, nbytes: int, dtype_name: str, *, warmup: int, max
     buffers.refill()
     dist.barrier()
     once()
-    expected = expected_output(collective, rank, n, lay, dtype, modulus)
+    expected = expected_output(record, rank, n, lay, dtype, modulus)
     wrong = 0
     if expected is not None:
         got = buffers.output.cpu()

@@ -1,28 +1,33 @@
 """A collective added by one table entry: ``--backend-plugin tests.harness_cases.extra_collective``.
 
-Importing it adds ``all_reduce_coalesced`` (torch.distributed.all_reduce_coalesced
-over a one-tensor list) to suites/collectives.py's table, in the pytest
-process and in every rank (plugins are imported in both). Nothing else is
-written for it: the differential suite draws and checks it, the timeout
-clause makes it a case and the benchmark measures it (tests/test_collectives_table.py).
+Importing it adds ``reduce_scatter_base`` (torch.distributed._reduce_scatter_base,
+the private entry point older FSDP calls: one flat input, one output chunk) to
+suites/collectives.py's table, in the pytest process and in every rank
+(plugins are imported in both). Nothing else is written for it: the
+differential suite draws and checks it, the timeout clause makes it a case,
+the entry-point clause calls it, the dtype clauses reduce complex tensors and
+PREMUL_SUM with it, and the benchmark measures it (tests/test_collectives_table.py).
+
+(It used to add all_reduce_coalesced; that is now the built-in all_reduce
+record's coalesced form, so an entry of its own would claim the same entry point twice.)
 """
 
 import warnings
 
 from suites import collectives as table
 
-NAME = "all_reduce_coalesced"
+NAME = "reduce_scatter_base"
+ENTRY_POINT = "_reduce_scatter_base"
 
 
-def _issue(a: table.Args):
-    import torch.distributed as dist
-
+def _call(fn, a: table.Args):
     with warnings.catch_warnings():  # torch deprecates it; the call is still c10d's entry point
         warnings.simplefilter("ignore")
-        return dist.all_reduce_coalesced(a.inputs, op=a.op, group=a.group, async_op=a.async_op)
+        return fn(a.outputs[0], a.inputs[0], op=a.op, group=a.group, async_op=a.async_op)
 
 
-ENTRY = table.Collective(NAME, "all_reduce", "coalesced", table.ONE, table.IN_PLACE, True, table.ALL_TO_ALL,
-                         _issue, table.TABLE["all_reduce"].oracle, table.TABLE["all_reduce"].bus_factor,
-                         labels=("tensor", "tensor"))
+_SINGLE = table.TABLE["reduce_scatter_tensor"]
+ENTRY = table.Collective(NAME, "reduce_scatter", "base", table.FLAT, table.ONE, True, table.ALL_TO_ALL,
+                         _call, _SINGLE.oracle, _SINGLE.bus_factor, entry_points=(ENTRY_POINT,),
+                         dtypes_reduced=(table.COMPLEX, table.PREMUL_SUM))
 table.TABLE.setdefault(NAME, ENTRY)

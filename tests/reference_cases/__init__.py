@@ -1,1 +1,2 @@
-"""Module-level code for tests/test_reference_backend.py that runs in subprocesses."""
+"""Helpers for the reference backend's tests (tests/test_reference_*.py): in-process worlds, fuzz inputs,
+what the reference DDP's tests share, and a rank program run in subprocesses (plain_dist)."""

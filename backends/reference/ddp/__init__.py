@@ -40,7 +40,7 @@ reads torch's from ``ddp.reducer._get_zeros_like_grad_buckets()``):
   parameters in managed order);
 * ``ddp.bucket_numels()``: number of elements of each bucket's flat buffer.
 
-Where it deliberately differs from torch 2.13 (tests/test_reference_ddp.py
+Where it deliberately differs from torch 2.13 (tests/test_reference_ddp_*.py
 checks everything else against torch, gradients bit for bit):
 
 * parameter shapes that differ between ranks raise on every rank (torch
