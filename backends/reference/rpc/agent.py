@@ -45,7 +45,7 @@ from functools import partial
 import torch
 from torch._C._distributed_rpc import WorkerInfo
 
-from . import layers, serialize
+from . import builtin_ops, layers, serialize
 from .envelope import Envelope, OutgoingRequest
 from .failures import Failure as _Failure
 from .failures import UdfRaised as _UdfRaised
@@ -90,29 +90,15 @@ def _timeout_ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
-def _builtin_table() -> dict:
-    table = {}
-    for fn, name in torch.jit._builtins._builtin_ops:
-        table.setdefault(name, fn)
-    return table
-
-
-_BUILTINS: dict | None = None
 
 
 def resolve_target(target):
     """The callable a request names: a pickled Python function, a torch builtin or a TorchScript function."""
-    global _BUILTINS
     if type(target) is not tuple:
         return target
     what, name = target
     if what == "builtin":
-        if _BUILTINS is None:
-            _BUILTINS = _builtin_table()
-        fn = _BUILTINS.get(name)
-        if fn is None:
-            raise RuntimeError(f"Unknown builtin operator {name} on the callee")
-        return fn
+        return builtin_ops.resolve(name)  # the operator, not math.cos that shares its name
     fn = torch.jit._state._python_cu.find_function(name)
     if fn is None:
         raise RuntimeError(f"Unknown TorchScript function {name}: define it (@torch.jit.script) on the callee too")

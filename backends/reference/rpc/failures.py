@@ -19,6 +19,10 @@ def remote_exception(info, exc: BaseException) -> tuple[type, str]:
 
 def raise_remote(exc_type: type, text: str) -> BaseException:
     """The caller's exception: the original type with torch's text ("ValueError: On WorkerInfo...")."""
+    try:  # torch's internal._handle_exception decodes the text: repr's "\\n" becomes a line break
+        text = text.encode("utf-8").decode("unicode_escape")
+    except UnicodeDecodeError as exc:  # a stray backslash: torch's caller raises this too
+        return exc
     message = f"{getattr(exc_type, '__name__', 'Exception')}: {text}"
     try:
         return exc_type(message)
