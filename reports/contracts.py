@@ -21,10 +21,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from backends.spec import PARAMETER_KEYS  # the parameters that state a requirement
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITES = os.path.join(ROOT, "suites")
 OUTPUT = os.path.join(ROOT, "CONTRACTS.md")
-NEED_PARAMS = ("collective", "op", "dtype", "layout", "feature", "form", "split")  # fixtures/pytest_plugin.py
 
 
 @dataclass
@@ -60,7 +61,7 @@ def _needs(module, function) -> tuple[str, int]:
         elif mark.name == "parametrize" and mark.args:
             names = mark.args[0]
             names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-            varying += [n for n in names if n in NEED_PARAMS and n not in fixed and n not in varying]
+            varying += [n for n in names if n in PARAMETER_KEYS and n not in fixed and n not in varying]
     parts = [f"{key}={value}" for key, value in sorted(fixed.items())] + [f"per {name}" for name in varying]
     return ", ".join(parts), min_size
 
