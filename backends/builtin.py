@@ -57,7 +57,7 @@ def _ucc_available() -> Availability:
     return Availability(True)
 
 
-GLOO_GAPS = (
+GLOO_GAPS: tuple[Gap, ...] = (
     Gap(
         {"feature": "send_to_self"},
         "gloo's tcp transport has no pair to itself: send/recv to the own rank fails with "
