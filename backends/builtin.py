@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from .spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
 
-INTEGER_DTYPES = ("int32", "int64", "uint8")
-
 
 def _gloo_available() -> Availability:
     import torch.distributed as dist

@@ -125,6 +125,7 @@ REFERENCE_GAPS = (
         "future and raises the first failed one in list order, not the first to fail"),
 )
 
+
 class TrainingStack(TypedDict):
     """The AgentSpec fields naming an agent's RPC training stack."""
 

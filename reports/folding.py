@@ -58,7 +58,7 @@ def fold(texts) -> list[Folded]:
     groups: dict[str, tuple[list, list, list]] = {}
     for text in texts:
         key, rank, literals, numbers = _split(text)
-        literals_, numbers_by_slot, members = groups.setdefault(key, (literals, [[] for _ in numbers], []))
+        _, numbers_by_slot, members = groups.setdefault(key, (literals, [[] for _ in numbers], []))
         for slot, value in enumerate(numbers):
             numbers_by_slot[slot].append(value)
         members.append((rank, text))

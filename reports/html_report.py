@@ -17,6 +17,7 @@ from . import benchmarks, views
 from .json_report import read_json
 from .rendering import environment
 
+
 # ----------------------------------------------------------------- profiling
 def _profiling(records, out_dir: str, started: float) -> dict | None:
     """Parity rows and chrome traces written by this run (files older than the run are not shown)."""
