@@ -94,13 +94,14 @@ DTYPES = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32
 REQUIREMENT_KEYS: dict[str, Requirement] = {
     # c10d: what a case calls
     "collective": Requirement(
-        "c10d operation family (suites/collectives.py's families, and the calls outside its table)",
+        "c10d operation family: torch's, and any family suites/collectives.py's table adds (add_value_source)",
         ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter", "reduce_scatter", "all_to_all",
          "barrier", "send_recv", "batch_isend_irecv"), parameter=True),
     "form": Requirement(
         "how the operation is called: list (one tensor per rank) or single (one flat tensor; gather+single = "
         "supports_gather_single); device: inside _coalescing_manager(device=...) (start/end coalescing); "
-        "functional, dtensor, fsdp: through that layer of torch.distributed (suites/parallel)",
+        "functional, dtensor, fsdp: through that layer of torch.distributed (suites/parallel); and any form "
+        "suites/collectives.py's table adds (add_value_source)",
         ("list", "single", "device", "functional", "dtensor", "fsdp"), parameter=True),
     "split": Requirement("all_to_all split sizes", ("even", "uneven"), parameter=True),
     "op": Requirement(
@@ -132,6 +133,29 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
     # DDP implementations (suites/ddp/impls.py)
     "impl": Requirement("DDP implementation", ("torch", "reference"), parameter=True),
 }
+
+# Closed keys whose further values another module defines, one that imports this one (so this one
+# cannot import it): suites/collectives.py's table supplies its families and forms, entries a
+# plugin adds at run time included. key -> functions returning values, read at every check.
+_VALUE_SOURCES: dict[str, list[Callable[[], Iterable[str]]]] = {}
+
+
+def add_value_source(key: str, source: Callable[[], Iterable[str]]) -> None:
+    """Let the module that defines values of closed key ``key`` supply them (``source()`` is read at
+    every check, so values added later count too)."""
+    if REQUIREMENT_KEYS[key].values is None:
+        raise ValueError(f"requirement key {key!r} is open: any value is known (backends/spec.py REQUIREMENT_KEYS)")
+    _VALUE_SOURCES.setdefault(key, []).append(source)
+
+
+def known_values(key: str) -> tuple[str, ...] | None:
+    """The values closed key ``key`` may take (its own and its sources'), or None for an open key."""
+    own = REQUIREMENT_KEYS[key].values
+    if own is None:
+        return None
+    supplied = (value for source in _VALUE_SOURCES.get(key, ()) for value in source())
+    return tuple(dict.fromkeys((*own, *supplied)))
+
 
 # Test parameters that state a requirement (fixtures/pytest_plugin.py, reports/contracts.py).
 PARAMETER_KEYS: tuple[str, ...] = tuple(key for key, requirement in REQUIREMENT_KEYS.items() if requirement.parameter)
@@ -186,7 +210,7 @@ def check_requirement_keys(need: Mapping[str, object], where: str) -> None:
             f"{where}: unknown requirement key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
             f"known keys: {', '.join(REQUIREMENT_KEYS)} (backends/spec.py REQUIREMENT_KEYS)")
     for key, wanted in need.items():
-        allowed = REQUIREMENT_KEYS[key].values
+        allowed = known_values(key)
         if allowed is None or wanted is None:
             continue
         values = wanted if isinstance(wanted, (set, frozenset, tuple, list)) else (wanted,)
@@ -207,7 +231,7 @@ def parameter_requirements(params: Mapping[str, object]) -> dict[str, object]:
         if key not in params:
             continue
         value = _normalise(params[key])
-        allowed = REQUIREMENT_KEYS[key].values
+        allowed = known_values(key)
         if allowed is None or value in allowed:
             need[key] = value
     return need

@@ -160,15 +160,27 @@ def test_a_closed_keys_other_value_is_an_error_naming_key_value_and_the_known_on
 
 def test_the_vocabularys_values_are_what_torch_and_the_suites_name():
     from backends.spec import DTYPES, REQUIREMENT_KEYS
-    from suites import collectives
     from suites.ddp.impls import IMPLS
 
     assert all(isinstance(getattr(torch, name), torch.dtype) for name in DTYPES)
+    assert IMPLS == REQUIREMENT_KEYS["impl"].values == ("torch", "reference")
+
+
+def test_the_collective_tables_families_and_forms_are_known_entries_added_later_too(monkeypatch):
+    """suites/collectives.py supplies its families and forms (spec.py cannot import it: it imports backends)."""
+    from dataclasses import replace as replace_entry
+
+    from backends.spec import UnknownRequirementValue, known_values
+    from suites import collectives
+
     for entry in collectives.TABLE.values():
-        assert entry.family in REQUIREMENT_KEYS["collective"].values, entry.name
-        assert entry.form is None or entry.form in REQUIREMENT_KEYS["form"].values, entry.name
-        assert set(entry.splits) <= set(REQUIREMENT_KEYS["split"].values), entry.name
-    assert IMPLS == ("torch", "reference")
+        assert entry.family in known_values("collective") and entry.form in (None, *known_values("form"))
+        assert set(entry.splits) <= set(known_values("split")), entry.name
+    with pytest.raises(UnknownRequirementValue, match=r"unknown form 'base'"):
+        Gap({"collective": "reduce_scatter", "form": "base"}, "not in the table yet")
+    added = replace_entry(collectives.TABLE["reduce_scatter_tensor"], name="reduce_scatter_base", form="base")
+    monkeypatch.setitem(collectives.TABLE, added.name, added)
+    assert Gap({"collective": "reduce_scatter", "form": "base"}, "in the table now").match
 
 
 def test_parameters_named_like_a_key_state_it_with_a_value_of_the_key():
