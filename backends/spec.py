@@ -120,6 +120,8 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
         "while a member is away), duration (timed), pending_on_abort (waited on after an abort)",
         ("held_by_cpp", "member_away", "duration", "pending_on_abort")),
     "entry_point": Requirement("a torch.distributed entry point by its name (suites/c10d/test_entry_points.py)"),
+    "clause": Requirement("one clause by its test function name, stated by that clause's needs(), for a gap that "
+                          "holds for it alone (e.g. a torch release breaking one call)"),
     # RPC agents (backends/rpc_agents.py)
     "backend": Requirement("the c10d backend under test, for gaps of an agent that runs over it (reference-pg)"),
     "rpc_feature": Requirement(
