@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from backends.spec import Availability, Gap, gap_for
 
@@ -124,9 +125,18 @@ REFERENCE_GAPS = (
         "future and raises the first failed one in list order, not the first to fail"),
 )
 
+
+class TrainingStack(TypedDict):
+    """The AgentSpec fields naming an agent's RPC training stack."""
+
+    autograd_module: str
+    optim_module: str
+    nn_module: str
+
+
 # backends/reference/rpc/{autograd,optim,nn}.py mirror torch.distributed.{autograd,optim,nn}
-REFERENCE_STACK = dict(autograd_module="backends.reference.rpc.autograd",
-                       optim_module="backends.reference.rpc.optim", nn_module="backends.reference.rpc.nn")
+REFERENCE_STACK = TrainingStack(autograd_module="backends.reference.rpc.autograd",
+                                optim_module="backends.reference.rpc.optim", nn_module="backends.reference.rpc.nn")
 
 AGENTS: dict[str, AgentSpec] = {
     "tensorpipe": AgentSpec(

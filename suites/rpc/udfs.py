@@ -65,11 +65,6 @@ def script_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a + b
 
 
-@torch.jit.script
-def script_fill(n: int, value: float) -> torch.Tensor:
-    return torch.full([n], value)
-
-
 # ------------------------------------------------------------ @async_execution
 def _plus(step):
     return lambda fut: fut.wait() + step
