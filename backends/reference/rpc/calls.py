@@ -98,5 +98,5 @@ def rpc_async(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
 def remote(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
     """Run ``func`` on worker ``to``, which keeps the result; an RRef to it."""
     fut, rref = invoke(RPCExecMode.REMOTE, to, func, args, kwargs, timeout, remote_owner=True)
-    rref._creation = fut
+    rref._created_by(fut)
     return rref

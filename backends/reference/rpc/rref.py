@@ -69,6 +69,10 @@ class RRef:
         """Become the owner RRef of a local value (``RRef(value)``: owners.py registers the value)."""
         self._bind(agent, rref_id, fork_id, agent.rank, confirmed=True)
 
+    def _created_by(self, creation) -> None:
+        """remote() returned this user RRef: ``creation`` is the future of the call that builds the value."""
+        self._creation = creation
+
     # ----------------------------------------------------------- the agent's view
     def _owner_rank(self) -> int:
         return self._owner
