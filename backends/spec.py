@@ -58,8 +58,7 @@ REQUIREMENT_KEYS: dict[str, str] = {
     "bad_peer": "a named bad-peer case of suites/p2p",
     "work": "how a Work is used: held_by_cpp (torch's reducer keeps it after Python drops it)",
     "entry_point": "a torch.distributed entry point by its name (suites/c10d/test_entry_points.py)",
-    "flight_recorder": "what a flight-recorder clause reads (suites/c10d/test_flight_recorder.py): collectives, "
-                       "p2p (their entries), completion (entry state), pg_status, pg_config, analyser (fr_trace)",
+    "flight_recorder": "what a clause reads of torch's flight recorder, one of FLIGHT_RECORDER_PARTS",
     # RPC agents (backends/rpc_agents.py)
     "backend": "the c10d backend under test, for gaps of an agent that runs over it (reference-pg)",
     "rpc_feature": "a named RPC capability (async_execution, fault_injection, torchscript, ...)",
@@ -92,7 +91,6 @@ FEATURES: dict[str, str | None] = {
     "autograd": None,  # collectives differentiated through (functional collectives' backward)
     "bitwise_determinism": None,  # the same inputs reduce to the same bits run after run
     "debug_wrapper": None,  # torch's collective-checking wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL)
-    "flight_recorder": None,  # entries in torch's flight recorder (TORCH_FR_BUFFER_SIZE, _dump_fr_trace)
     "coalescing": "supports_coalescing",  # c10d Backend.supports_coalescing
     "work_sequence_number": "supports_work_sequence_number",  # BackendConfig (c10d_backend_common)
     "splitting": "supports_splitting",  # c10d Backend.supports_splitting (split_group)
@@ -109,6 +107,11 @@ TORCH_FLAGS: dict[str, dict[str, object]] = {
     # distributed_c10d.supports_complex(op) is per op; a backend without complex at all lacks these dtypes
     "supports_complex": {"dtype": ("complex32", "complex64", "complex128")},
 }
+
+# What the flight-recorder clauses (suites/c10d/test_flight_recorder.py) read, as ``flight_recorder=`` values:
+# the entries of collectives and of p2p calls, their state once completed, pg_status, pg_config, and torch's
+# analyser fr_trace on the dumps. A backend that records nothing names them all.
+FLIGHT_RECORDER_PARTS = ("collectives", "p2p", "completion", "pg_status", "pg_config", "analyser")
 
 OUTCOMES = ("xfail", "skip", "intermittent")
 

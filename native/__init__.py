@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
+from backends.spec import (FLIGHT_RECORDER_PARTS, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability,
+                           BackendSpec, Gap)
 
 from . import build
 
@@ -33,6 +34,12 @@ GAPS = (
         "sequence numbers.' before reaching a plugin backend (native counts them: "
         "group._get_backend(torch.device('cpu'))._get_sequence_number_for_group(); torch 2.13)"),
     SPLIT_NEEDS_ACCELERATOR,
+    Gap({"flight_recorder": FLIGHT_RECORDER_PARTS},
+        "an out-of-tree C++ backend cannot record into torch's flight recorder: in torch 2.13's libtorch_cpu.so "
+        "the recorder's singleton (FlightRecorder<c10::Event>::get()::instance) and record() are local symbols "
+        "(nm: 'b ...get()::instance', 't ...record(...)'), so an extension compiled against FlightRecorder.hpp "
+        "gets its own recorder, one that _dump_fr_trace never reads; native records nothing",
+        torch=">=2.13,<2.14"),
 )
 
 

@@ -39,8 +39,6 @@ import torch.distributed as dist
 from fixtures.rank import ctx
 from suites.c10d.timeouts import fresh_group
 
-pytestmark = pytest.mark.needs(feature="flight_recorder")
-
 FR_SIZE_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 HANG_TIMEOUT_S = 0.5
 SETTLE_S = 2.0  # how long a waited Work's entry may take to leave "scheduled" (a watchdog may retire it)
