@@ -113,13 +113,14 @@ def ring_p2p(group) -> None:
 
 
 def settled(group, count: int) -> dict:
-    """The dump once the group's last ``count`` entries left "scheduled"/"started", or after SETTLE_S."""
+    """The dump once ``count`` entries of ``group`` are all "completed", or the last one after SETTLE_S."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         dump = recorder_dump()
         mine = entries_of(dump, group)
         if (len(mine) >= count and all(e["state"] == "completed" for e in mine)) or time.monotonic() > deadline:
             return dump
+        time.sleep(0.05)
 
 
 def record_calls(kind: str, settle: bool = False) -> dict:
@@ -342,6 +343,8 @@ def test_hang_names_the_missing_rank(world, tmp_path, record_property):
     absent = world.world_size - 1
     results = world.run(hang_dumped, str(tmp_path), absent)
     pg_name = results[0][0]
+    returned = [rank for rank, (_, error) in enumerate(results[:absent]) if error is None]
+    assert not returned, f"ranks {returned} returned from an all_reduce rank {absent} never joined"
     status, output = analyse(tmp_path)
     assert status == 0, f"fr_trace exited {status} on the dumps of group {pg_name!r}: {last_line(output)}\n{output}"
     assert f"missing ranks: {{{absent}}}" in output, \
