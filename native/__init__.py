@@ -35,10 +35,12 @@ GAPS = (
         "group._get_backend(torch.device('cpu'))._get_sequence_number_for_group(); torch 2.13)"),
     SPLIT_NEEDS_ACCELERATOR,
     Gap({"flight_recorder": FLIGHT_RECORDER_PARTS},
-        "an out-of-tree C++ backend cannot record into torch's flight recorder: in torch 2.13's libtorch_cpu.so "
-        "the recorder's singleton (FlightRecorder<c10::Event>::get()::instance) and record() are local symbols "
-        "(nm: 'b ...get()::instance', 't ...record(...)'), so an extension compiled against FlightRecorder.hpp "
-        "gets its own recorder, one that _dump_fr_trace never reads; native records nothing",
+        "an out-of-tree C++ backend cannot record into torch 2.13's flight recorder: libtorch_cpu.so keeps "
+        "FlightRecorder<c10::Event>::record() and the singleton get()::instance as local symbols, so an extension "
+        "calling record() builds against FlightRecorder.hpp but fails to load ('undefined symbol: "
+        "_ZN4c10d14FlightRecorderIN3c105EventEE6recordEm...'), and the definitions (FlightRecorderDetail.hpp) do "
+        "not compile outside torch ('fatal error: nlohmann/json.hpp: No such file or directory'); even compiled, "
+        "they would fill the extension's own recorder, which _dump_fr_trace never reads: native records nothing",
         torch=">=2.13,<2.14"),
 )
 
