@@ -189,6 +189,40 @@ GLOO_GAPS += (
         "gloo has no PREMUL_SUM: all_reduce/reduce/reduce_scatter with dist._make_nccl_premul_sum(f) fail with "
         "'RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo' (torch 2.13)",
     ),
+    # torch's flight recorder (suites/c10d/test_flight_recorder.py): gloo records one entry per collective with the
+    # right name, sizes, dtypes, group and agreed collective_seq_id; the rest is torch 2.13's ProcessGroupGloo
+    Gap(
+        {"flight_recorder": "collectives"},
+        "under TORCH_DISTRIBUTED_DEBUG=DETAIL gloo's flight-recorder entries lose their group: the gloo backend "
+        "inside torch's ProcessGroupWrapper never gets the group's name, so the user's all_reduce is filed under "
+        "['', ''] beside the wrapper's own fingerprint all_gathers (same group, another sequence): '0 recorder "
+        "entries name the group ['1', 'undefined'] ([])' (torch 2.13)",
+        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"},
+        torch=">=2.13,<2.14",
+    ),
+    *(Gap({"flight_recorder": part}, reason, torch=">=2.13,<2.14") for part, reason in (
+        ("p2p",
+         "gloo records no flight-recorder entry for send/recv: after an isend and an irecv on a fresh group "
+         "'0 recorder entries name the group ['2', 'undefined'] ([])' (the group's op_id still advances; "
+         "torch 2.13)"),
+        ("completion",
+         "gloo's flight-recorder entries stay 'scheduled' after their Work completed: after wait() (and 2 s more) "
+         "\"the entries' states are {'gloo:all_reduce': 'scheduled', 'gloo:broadcast': 'scheduled', "
+         "'gloo:all_gather': 'scheduled'}\" (retired: true; torch 2.13)"),
+        ("pg_status",
+         "gloo never marks a collective started in the flight recorder's pg_status: after three waited "
+         "collectives \"pg_status['4'] is {'last_completed_collective': '3', 'last_enqueued_collective': '3', "
+         "'last_started_collective': '-1'}\" (torch 2.13)"),
+        ("pg_config",
+         "gloo's flight-recorder pg_config names the default group '' with no ranks and omits every new_group: "
+         "\"pg_config has no group '5' as its entries name it ({'name': '5', 'desc': 'undefined', "
+         "'ranks': '[0, 1]'}); it holds {'': {'desc': '', 'name': '', 'ranks': '[]'}}\" (the default group's "
+         "entries say ['0', 'default_pg']; torch 2.13)"),
+        ("analyser",
+         "torch's fr_trace cannot read gloo's dumps: its pg_config lacks the groups the entries name, so "
+         "build_collectives fails with 'KeyError: ('6', 0)' (pg_name = _pg_guids[(original_pg_name, "
+         "first_rank)]) and a hang is never analysed (torch 2.13)"),
+    )),
 )
 
 NCCL_GAPS = (

@@ -91,6 +91,11 @@ DTYPES = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32
           "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
           "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
 
+# What the flight-recorder clauses (suites/c10d/test_flight_recorder.py) read, as ``flight_recorder=`` values:
+# the entries of collectives and of p2p calls, their state once completed, pg_status, pg_config, and torch's
+# analyser fr_trace on the dumps. A backend that records nothing names them all.
+FLIGHT_RECORDER_PARTS = ("collectives", "p2p", "completion", "pg_status", "pg_config", "analyser")
+
 REQUIREMENT_KEYS: dict[str, Requirement] = {
     # c10d: what a case calls
     "collective": Requirement(
@@ -120,6 +125,7 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
         "while a member is away), duration (timed), pending_on_abort (waited on after an abort)",
         ("held_by_cpp", "member_away", "duration", "pending_on_abort")),
     "entry_point": Requirement("a torch.distributed entry point by its name (suites/c10d/test_entry_points.py)"),
+    "flight_recorder": Requirement("what a clause reads of torch's flight recorder", FLIGHT_RECORDER_PARTS),
     "clause": Requirement("one clause by its test function name, stated by that clause's needs(), for a gap that "
                           "holds for it alone (e.g. a torch release breaking one call)"),
     # RPC agents (backends/rpc_agents.py)

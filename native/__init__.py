@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
+from backends.spec import (FLIGHT_RECORDER_PARTS, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability,
+                           BackendSpec, Gap)
 
 from . import build
 
@@ -33,6 +34,14 @@ GAPS = (
         "sequence numbers.' before reaching a plugin backend (native counts them: "
         "group._get_backend(torch.device('cpu'))._get_sequence_number_for_group(); torch 2.13)"),
     SPLIT_NEEDS_ACCELERATOR,
+    Gap({"flight_recorder": FLIGHT_RECORDER_PARTS},
+        "an out-of-tree C++ backend cannot record into torch 2.13's flight recorder: libtorch_cpu.so keeps "
+        "FlightRecorder<c10::Event>::record() and the singleton get()::instance as local symbols, so an extension "
+        "calling record() builds against FlightRecorder.hpp but fails to load ('undefined symbol: "
+        "_ZN4c10d14FlightRecorderIN3c105EventEE6recordEm...'), and the definitions (FlightRecorderDetail.hpp) do "
+        "not compile outside torch ('fatal error: nlohmann/json.hpp: No such file or directory'); even compiled, "
+        "they would fill the extension's own recorder, which _dump_fr_trace never reads: native records nothing",
+        torch=">=2.13,<2.14"),
 )
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
+from backends.spec import (FLIGHT_RECORDER_PARTS, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability,
+                           BackendSpec, Gap)
 
 from .process_group import ReferenceProcessGroup
 
@@ -48,6 +49,13 @@ DISTCONFORM_SPEC = BackendSpec(
             "shrink_group asks the group for its C++ device backend, which a Python ProcessGroup does not have: "
             "'RuntimeError: Cannot access device backend for process group ...' (torch 2.13 shrinks through "
             "Backend.shrink, NCCL only)"),
+        Gap({"flight_recorder": FLIGHT_RECORDER_PARTS},
+            "a backend written in Python cannot record into torch's flight recorder: torch 2.13 records from C++ "
+            "only (FlightRecorder<c10::Event>::record, called by ProcessGroupGloo/NCCL themselves), "
+            "torch._C._distributed_c10d binds only _dump_fr_trace and _dump_fr_trace_json, and c10d's "
+            "ProcessGroup records nothing for a Python subclass: '0 recorder entries name the group "
+            "['1', 'undefined'] ([])', and pg_config and pg_status stay empty",
+            torch=">=2.13,<2.14"),
     ),
     description="pure-Python reference process group over its own TCP mesh (the oracle)",
 )
