@@ -191,7 +191,6 @@ AGENTS: dict[str, AgentSpec] = {
         timeout_error="RPC ran for more than", gaps=REFERENCE_GAPS,
         transport="backends.reference.rpc.transports:over_sockets"),
 }
-BUILTIN_AGENTS = tuple(AGENTS)  # the names above; plugins add theirs to AGENTS
 
 
 class RpcAgentPluginError(ImportError):

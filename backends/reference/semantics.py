@@ -17,11 +17,11 @@ bit.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, TypeAlias
 
 import torch
 
-Tensor = torch.Tensor
+Tensor: TypeAlias = torch.Tensor
 
 REDUCE_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum")
 BITWISE_OPS = ("band", "bor", "bxor")

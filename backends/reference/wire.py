@@ -39,7 +39,7 @@ def encode_header(kind: int, tag: int, meta: bytes, data_len: int) -> bytes:
     return HEADER.pack(MAGIC, VERSION, kind, tag, len(meta), data_len)
 
 
-def decode_header(raw: bytes) -> tuple[int, int, int, int]:
+def decode_header(raw: bytes | bytearray) -> tuple[int, int, int, int]:
     """(kind, tag, meta_len, data_len) of a header, or ProtocolError."""
     if len(raw) != HEADER.size:
         raise ProtocolError(f"truncated header: {len(raw)} of {HEADER.size} bytes")
@@ -54,7 +54,7 @@ def encode_meta(meta: dict) -> bytes:
     return json.dumps(meta, separators=(",", ":")).encode()
 
 
-def decode_meta(raw: bytes) -> dict:
+def decode_meta(raw: bytes | bytearray) -> dict:
     try:
         meta = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # "[[[[..." nests past the parser's limit

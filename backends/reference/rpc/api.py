@@ -34,6 +34,7 @@ def is_available() -> bool:
 
 
 def _make_transport(options: ReferenceRpcBackendOptions):
+    assert options.transport is not None  # __post_init__ names the agent's default
     transport = transports.make(options.transport, options)
     if options.faults is not None:
         transport = FaultyTransport(transport, options.faults)
@@ -102,7 +103,3 @@ def get_worker_info(worker_name=None):
 
 def get_rpc_timeout() -> float:
     return _current_agent().default_timeout
-
-
-def _set_rpc_timeout(rpc_timeout: float) -> None:
-    _current_agent().default_timeout = float(rpc_timeout)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.rpc_agents import Faults
+
 # the transport ("module:factory", see transports.py) of each built-in reference agent;
 # another agent (a plugin's) names its own with ``transport=``
 TRANSPORTS = {"reference-tp": "backends.reference.rpc.transports:over_sockets",
@@ -37,7 +39,7 @@ class ReferenceRpcBackendOptions:
     store: object = None
     init_method: str | None = None
     listen_host: str = "127.0.0.1"
-    faults: object = None
+    faults: Faults | None = None
 
     def __post_init__(self):
         if not self.transport:

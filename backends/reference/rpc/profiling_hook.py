@@ -39,10 +39,6 @@ _LOCK = threading.Lock()
 _OPEN: dict[int, object] = {}  # profiling thread ident -> its Session
 
 
-def original_parser():
-    return _INSTALLED.get("parse", profiler_legacy._parse_legacy_records)
-
-
 def session_for_thread(ident: int):
     with _LOCK:
         return _OPEN.get(ident)

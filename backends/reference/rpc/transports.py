@@ -13,9 +13,6 @@ from .pg_transport import PgTransport
 from .tp_transport import TpTransport
 from .transport import Transport
 
-SOCKETS = "backends.reference.rpc.transports:over_sockets"
-PROCESS_GROUP = "backends.reference.rpc.transports:over_process_group"
-
 
 def over_sockets(options) -> Transport:
     """reference-tp: a direct socket per peer."""
