@@ -8,7 +8,8 @@ still runs as a strict xfail so the report shows the backend's real error.
 
 from __future__ import annotations
 
-from .spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
+from .spec import (LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability,
+                   BackendSpec, Gap)
 
 INTEGER_DTYPES = ("int32", "int64", "uint8")
 
@@ -188,12 +189,14 @@ GLOO_GAPS += (
         "gloo has no PREMUL_SUM: all_reduce/reduce/reduce_scatter with dist._make_nccl_premul_sum(f) fail with "
         "'RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo' (torch 2.13)",
     ),
+    LOCAL_SYNC_DESYNCS_GROUP_NAMES,
 )
 
 NCCL_GAPS = (
     Gap({"op": ("band", "bor", "bxor")}, "NCCL has no bitwise reductions: 'Cannot use ReduceOp.BAND with NCCL'"),
     Gap({"feature": "recv_any_source"}, "NCCL cannot receive from any source (ProcessGroupNCCL has no recvAnysource)"),
     MONITORED_BARRIER_GLOO_ONLY,
+    LOCAL_SYNC_DESYNCS_GROUP_NAMES,
 )
 
 MPI_GAPS = (
@@ -203,11 +206,13 @@ MPI_GAPS = (
     Gap({"feature": "barrier_timeout"}, "ProcessGroupMPI ignores timeouts: a skipped barrier blocks forever",
         outcome="skip", consequence="hangs"),
     Gap({"collective": "reduce_scatter"}, "ProcessGroupMPI does not implement reduce_scatter"),
+    LOCAL_SYNC_DESYNCS_GROUP_NAMES,
 )
 
 UCC_GAPS = (
     MONITORED_BARRIER_GLOO_ONLY,
     Gap({"feature": "recv_any_source"}, "ProcessGroupUCC does not implement recvAnysource"),
+    LOCAL_SYNC_DESYNCS_GROUP_NAMES,
 )
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
+from backends.spec import (LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR,
+                           Availability, BackendSpec, Gap)
 
 from . import build
 
@@ -33,6 +34,7 @@ GAPS = (
         "sequence numbers.' before reaching a plugin backend (native counts them: "
         "group._get_backend(torch.device('cpu'))._get_sequence_number_for_group(); torch 2.13)"),
     SPLIT_NEEDS_ACCELERATOR,
+    LOCAL_SYNC_DESYNCS_GROUP_NAMES,
 )
 
 

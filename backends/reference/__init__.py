@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
+from backends.spec import (LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR,
+                           Availability, BackendSpec, Gap)
 
 from .process_group import ReferenceProcessGroup
 
@@ -48,6 +49,7 @@ DISTCONFORM_SPEC = BackendSpec(
             "shrink_group asks the group for its C++ device backend, which a Python ProcessGroup does not have: "
             "'RuntimeError: Cannot access device backend for process group ...' (torch 2.13 shrinks through "
             "Backend.shrink, NCCL only)"),
+        LOCAL_SYNC_DESYNCS_GROUP_NAMES,
     ),
     description="pure-Python reference process group over its own TCP mesh (the oracle)",
 )
