@@ -233,6 +233,19 @@ def test_torch_version_dependent_gap():
         Gap({"op": "avg"}, "r", torch="2.13 or later")
 
 
+def test_group_name_desync_gap_holds_from_torch_2_14_on_every_builtin_backend():
+    """torch 2.14 counts hashed group names too; 2.11 and 2.13 do not (their locally synchronised groups are safe)."""
+    from backends.registry import BackendRegistry
+    from backends.spec import LOCAL_SYNC_DESYNCS_GROUP_NAMES as gap
+
+    assert gap.holds(env={}, torch_version="2.14.1+cu130") and gap.holds(env={}, torch_version="2.15.0")
+    assert not gap.holds(env={}, torch_version="2.13.0+cpu") and not gap.holds(env={}, torch_version="2.11.0")
+    assert gap.outcome == "skip" and gap.loses_world
+    registry = BackendRegistry()
+    for name in ("gloo", "nccl", "mpi", "ucc", "reference"):
+        assert gap in registry.get(name).all_gaps, name
+
+
 def test_mark_gap_reason_names_owner_inheritance_and_conditions():
     from fixtures.pytest_plugin import mark_gap
 
