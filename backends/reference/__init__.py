@@ -50,6 +50,10 @@ DISTCONFORM_SPEC = BackendSpec(
             "'RuntimeError: Cannot access device backend for process group ...' (torch 2.13 shrinks through "
             "Backend.shrink, NCCL only)"),
         LOCAL_SYNC_DESYNCS_GROUP_NAMES,
+        Gap({"feature": "premul_sum"},
+            "torch 2.11's ReduceOp binding does not expose a PREMUL_SUM op's factor to Python (no ReduceOp.factor; "
+            "torch 2.13 has it, 2.12 not checked): a Python process group cannot know what to multiply by",
+            torch="<2.13"),
     ),
     description="pure-Python reference process group over its own TCP mesh (the oracle)",
 )
