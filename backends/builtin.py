@@ -1,5 +1,8 @@
 """Specs of the backends torch ships: gloo, nccl, mpi, ucc.
 
+The project's own backends (reference, native) declare theirs in their modules
+(backends/registry.py PROJECT_BACKEND_MODULES).
+
 Every gap below was observed on torch 2.13 (gloo, on this CPU machine) or is
 documented by the backend's own code (nccl, mpi, ucc: the error text torch
 raises is quoted where known). A gap is a finding, not an excuse: the case
@@ -10,8 +13,6 @@ from __future__ import annotations
 
 from .spec import (LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability,
                    BackendSpec, Gap)
-
-INTEGER_DTYPES = ("int32", "int64", "uint8")
 
 
 def _gloo_available() -> Availability:
@@ -55,7 +56,7 @@ def _ucc_available() -> Availability:
     return Availability(True)
 
 
-GLOO_GAPS = (
+GLOO_GAPS: tuple[Gap, ...] = (
     Gap(
         {"feature": "send_to_self"},
         "gloo's tcp transport has no pair to itself: send/recv to the own rank fails with "
@@ -229,17 +230,6 @@ UCC_GAPS = (
 )
 
 
-def _not_in_this_checkout(module: str, what: str) -> "callable":
-    """Availability of a backend this project ships, while its module is absent.
-
-    When the module exists its own DISTCONFORM_SPEC replaces this placeholder
-    (backends/registry.py), so the placeholder is only ever unavailable.
-    """
-    def check() -> Availability:
-        return Availability(False, f"{what} ({module}) is not part of this checkout yet")
-    return check
-
-
 BUILTIN_SPECS: dict[str, BackendSpec] = {
     "gloo": BackendSpec(
         name="gloo",
@@ -273,19 +263,5 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
         check_available=_ucc_available,
         gaps=UCC_GAPS,
         description="UCC collectives, CPU tensors",
-    ),
-    # Backends of this project. Their modules replace these placeholder specs
-    # with their own DISTCONFORM_SPEC when present (backends/registry.py).
-    "reference": BackendSpec(
-        name="reference",
-        device_type="cpu",
-        check_available=_not_in_this_checkout("backends.reference", "the pure-Python reference process group"),
-        description="pure-Python reference process group (the oracle)",
-    ),
-    "native": BackendSpec(
-        name="native",
-        device_type="cpu",
-        check_available=_not_in_this_checkout("native", "the C++ c10d backend built from native/"),
-        description="C++ c10d Backend over shared memory, built with torch.utils.cpp_extension",
     ),
 }

@@ -7,15 +7,25 @@ Three agents speak the torch.distributed.rpc API:
 * ``reference-tp`` backends.reference.rpc over direct sockets.
 
 What differs between agents (a feature one lacks, the text of a timeout
-error) is recorded here with the reason, never as a skip in a test file.
-The suites call ``api(name)`` for the module to call ``rpc_sync`` etc. on,
-and ``start_agent`` / ``stop_agent`` inside rank processes.
+error) is recorded here with the reason, never as a skip in a test file,
+and so is how a rank starts each (``AgentSpec.start``) and, for a reference
+agent, its transport (``AgentSpec.transport``): nothing branches on an
+agent's name. The suites call ``api(name)`` for the module to call
+``rpc_sync`` etc. on, and ``start_agent`` / ``stop_agent`` inside rank
+processes.
+
+More agents come from plugins: ``--rpc-agent-plugin MODULE`` (repeatable)
+imports MODULE in pytest and in every rank (``load_plugins``) and registers
+the ``AgentSpec`` (or list of them) it defines as ``DISTCONFORM_RPC_AGENTS``;
+tests/harness_cases/extra_agent.py is one.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from backends.spec import Availability, Gap, gap_for
 
@@ -33,6 +43,36 @@ class Faults:
     fail: tuple[str, ...] = ()
     delay: dict = field(default_factory=dict)  # kind -> seconds
     num_fail_sends: int = 0
+
+
+def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, init_file: str, rpc_timeout: float,
+                     num_worker_threads: int, faults: Faults | None) -> None:
+    """torch's own init_rpc, rendezvous through a FileStore at ``init_file`` (the faulty agent for ``faults``)."""
+    rpc = importlib.import_module(spec.module)
+    if faults is not None:
+        from torch.distributed.rpc import _testing  # registers FAULTY_TENSORPIPE
+
+        options = _testing.FaultyTensorPipeRpcBackendOptions(
+            num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, init_method=f"file://{init_file}",
+            messages_to_fail=list(faults.fail), messages_to_delay=dict(faults.delay),
+            num_fail_sends=faults.num_fail_sends)
+        backend = rpc.backend_registry.BackendType.FAULTY_TENSORPIPE
+    else:
+        options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
+                                                  init_method=f"file://{init_file}")
+        # the registry rebuilds the enum when FAULTY_TENSORPIPE registers: look it up now
+        backend = rpc.backend_registry.BackendType["TENSORPIPE"]
+    rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, backend=backend, rpc_backend_options=options)
+
+
+def start_reference(spec: "AgentSpec", *, rank: int, world_size: int, store, init_file: str, rpc_timeout: float,
+                    num_worker_threads: int, faults: Faults | None) -> None:
+    """The reference package's init_rpc over ``spec.transport``, rendezvous on ``store``."""
+    rpc = importlib.import_module(spec.module)
+    options = rpc.ReferenceRpcBackendOptions(agent=spec.name, transport=spec.transport,
+                                             num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
+                                             store=store, faults=faults)
+    rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, rpc_backend_options=options)
 
 
 @dataclass(frozen=True)
@@ -54,14 +94,23 @@ class AgentSpec:
     autograd_module: str = "torch.distributed.autograd"
     optim_module: str = "torch.distributed.optim"  # DistributedOptimizer
     nn_module: str = "torch.distributed.nn"  # RemoteModule
+    # How a rank starts it: start(spec, rank=, world_size=, store=, init_file=, rpc_timeout=,
+    # num_worker_threads=, faults=) (see start_agent)
+    start: Callable[..., None] = start_reference
+    # A reference agent's transport: "module:factory", factory(ReferenceRpcBackendOptions) -> a
+    # backends.reference.rpc.transport.Transport ("" for an agent that brings its own)
+    transport: str = ""
+    # Why the agent is unusable when its module's is_available() says so
+    unavailable_reason: str = "its module's is_available() is False"
 
     def availability(self) -> Availability:
         try:
             mod = importlib.import_module(self.module)
         except Exception as exc:  # an availability probe never crashes collection
             return Availability(False, f"cannot import {self.module}: {exc!r}")
-        if self.name == "tensorpipe" and not mod.is_available():
-            return Availability(False, "torch was built without torch.distributed.rpc")
+        is_available = getattr(mod, "is_available", None)
+        if is_available is not None and not is_available():
+            return Availability(False, self.unavailable_reason)
         return Availability(True)
 
     def gap_for(self, **need) -> Gap | None:
@@ -76,9 +125,18 @@ REFERENCE_GAPS = (
         "future and raises the first failed one in list order, not the first to fail"),
 )
 
+
+class TrainingStack(TypedDict):
+    """The AgentSpec fields naming an agent's RPC training stack."""
+
+    autograd_module: str
+    optim_module: str
+    nn_module: str
+
+
 # backends/reference/rpc/{autograd,optim,nn}.py mirror torch.distributed.{autograd,optim,nn}
-REFERENCE_STACK = dict(autograd_module="backends.reference.rpc.autograd",
-                       optim_module="backends.reference.rpc.optim", nn_module="backends.reference.rpc.nn")
+REFERENCE_STACK = TrainingStack(autograd_module="backends.reference.rpc.autograd",
+                                optim_module="backends.reference.rpc.optim", nn_module="backends.reference.rpc.nn")
 
 AGENTS: dict[str, AgentSpec] = {
     "tensorpipe": AgentSpec(
@@ -86,7 +144,8 @@ AGENTS: dict[str, AgentSpec] = {
         description="torch.distributed.rpc's TensorPipe agent (the agent users run today)",
         # remote() reports its own text when the RRef creation timed out
         timeout_error=r"RPC ran for more than|RRef creation via rpc\.remote\(\) timed out",
-        one_start_per_process=True,
+        one_start_per_process=True, start=start_tensorpipe,
+        unavailable_reason="torch was built without torch.distributed.rpc",
         gaps=(
             Gap({"rpc_feature": "custom_exception_type", "rpc_call": ("rpc_sync", "rpc_async", "rref_method")},
                 "a remote exception reaching the caller through a C++ future is re-raised by c10::Error "
@@ -119,6 +178,7 @@ AGENTS: dict[str, AgentSpec] = {
         name="reference-pg", module="backends.reference.rpc", **REFERENCE_STACK,
         description="reference agent whose messages travel over the c10d backend under test",
         timeout_error="RPC ran for more than", uses_backend=True,
+        transport="backends.reference.rpc.transports:over_process_group",
         gaps=REFERENCE_GAPS + (
             # matched on the backend under test (fixtures/rpc_plugin.py adds it to every case's needs)
             Gap({"backend": "nccl"},
@@ -128,8 +188,49 @@ AGENTS: dict[str, AgentSpec] = {
     "reference-tp": AgentSpec(
         name="reference-tp", module="backends.reference.rpc", **REFERENCE_STACK,
         description="reference agent over direct loopback sockets, tensors as raw bytes",
-        timeout_error="RPC ran for more than", gaps=REFERENCE_GAPS),
+        timeout_error="RPC ran for more than", gaps=REFERENCE_GAPS,
+        transport="backends.reference.rpc.transports:over_sockets"),
 }
+BUILTIN_AGENTS = tuple(AGENTS)  # the names above; plugins add theirs to AGENTS
+
+
+class RpcAgentPluginError(ImportError):
+    pass
+
+
+def register(spec: AgentSpec) -> None:
+    """Add ``spec`` to AGENTS (again: a no-op); a different spec under a taken name is an error."""
+    known = AGENTS.get(spec.name)
+    if known is not None and known != spec:
+        raise ValueError(f"RPC agent {spec.name!r} is already defined; a plugin cannot redefine it")
+    AGENTS[spec.name] = spec
+
+
+def load_plugin(module_name: str) -> list[AgentSpec]:
+    """Import an RPC agent plugin and register the specs it declares (``DISTCONFORM_RPC_AGENTS``)."""
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise RpcAgentPluginError(f"--rpc-agent-plugin {module_name}: import failed: {exc!r}") from exc
+    declared = getattr(module, "DISTCONFORM_RPC_AGENTS", None)
+    if declared is None:
+        raise RpcAgentPluginError(f"--rpc-agent-plugin {module_name}: it defines no DISTCONFORM_RPC_AGENTS "
+                                  "(an AgentSpec or a list of them)")
+    specs = list(declared) if isinstance(declared, (list, tuple)) else [declared]
+    for spec in specs:
+        if not isinstance(spec, AgentSpec):
+            raise RpcAgentPluginError(f"--rpc-agent-plugin {module_name}: DISTCONFORM_RPC_AGENTS holds "
+                                      f"{type(spec).__name__}, not an AgentSpec")
+        try:
+            register(spec)
+        except ValueError as exc:
+            raise RpcAgentPluginError(f"--rpc-agent-plugin {module_name}: {exc}") from None
+    return specs
+
+
+def load_plugins(module_names: Iterable[str]) -> None:
+    for module_name in module_names:
+        load_plugin(module_name)
 
 
 class UnknownAgent(ValueError):
@@ -176,28 +277,9 @@ def start_agent(name: str, *, rank: int, world_size: int, store, init_file: str,
     (TensorPipe rendezvous through a FileStore: no port to collide on).
     """
     spec = get(name)
-    rpc = api(name)
-    if name == "tensorpipe":
-        if faults is not None:
-            from torch.distributed.rpc import _testing  # registers FAULTY_TENSORPIPE
-
-            options = _testing.FaultyTensorPipeRpcBackendOptions(
-                num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, init_method=f"file://{init_file}",
-                messages_to_fail=list(faults.fail), messages_to_delay=dict(faults.delay),
-                num_fail_sends=faults.num_fail_sends)
-            backend = rpc.backend_registry.BackendType.FAULTY_TENSORPIPE
-        else:
-            options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
-                                                      init_method=f"file://{init_file}")
-            # the registry rebuilds the enum when FAULTY_TENSORPIPE registers: look it up now
-            backend = rpc.backend_registry.BackendType["TENSORPIPE"]
-        rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, backend=backend,
-                     rpc_backend_options=options)
-    else:
-        options = rpc.ReferenceRpcBackendOptions(agent=spec.name, num_worker_threads=num_worker_threads,
-                                                 rpc_timeout=rpc_timeout, store=store, faults=faults)
-        rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, rpc_backend_options=options)
-    return rpc
+    spec.start(spec, rank=rank, world_size=world_size, store=store, init_file=init_file, rpc_timeout=rpc_timeout,
+               num_worker_threads=num_worker_threads, faults=faults)
+    return api(name)
 
 
 def stop_agent(name: str, graceful: bool = True) -> None:

@@ -1,10 +1,11 @@
 """What a backend is, as data: name, availability, devices, init options, capabilities.
 
 Capabilities are a list of known gaps, one model for every owner of gaps (a
-c10d backend here, an RPC agent in backends/rpc_agents.py, a DDP
-implementation in suites/ddp/impls.py). A test states what it exercises
-(``collective="all_reduce", op="avg", dtype="int32"``) in the vocabulary of
-``REQUIREMENT_KEYS`` below; ``gap_for`` returns the first gap that matches and
+c10d backend here, an RPC agent in backends/rpc_agents.py; what a backend
+lacks under one DDP implementation is its gap with ``impl=``). A test states
+what it exercises (``collective="all_reduce", op="avg", dtype="int32"``) in
+the one vocabulary of ``REQUIREMENT_KEYS`` below (keys, and the values of the
+closed ones); ``gap_for`` returns the first gap that matches and
 holds here, and fixtures/pytest_plugin.py:mark_gap turns it into the case's
 outcome, in one place:
 
@@ -36,41 +37,27 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping
 
 # ----------------------------------------------------------- requirement keys
-# Every key a gap may match on and a test may state (needs() markers and the
-# need-named parameters). A gap naming any other key is an error when the spec
-# loads: a typo would otherwise be a gap that never matches.
-# Where PyTorch describes the same capability on a backend, the right column
-# names it (c10d ``Backend`` properties of torch 2.13, ``supports_complex`` in
-# distributed_c10d, and the BackendConfig flags of test/distributed/
-# c10d_backend_common.py that issue 15 names).
-REQUIREMENT_KEYS: dict[str, str] = {
-    # c10d: what a case calls
-    "collective": "c10d operation family: all_reduce, reduce, broadcast, all_gather, gather, scatter, "
-                  "reduce_scatter, all_to_all, barrier, send_recv, batch_isend_irecv (suites/collectives.py)",
-    "form": "list (one tensor per rank) or single (one flat tensor); gather+single = supports_gather_single",
-    "split": "all_to_all split sizes: even or uneven",
-    "op": "reduce op: sum product min max avg band bor bxor premul_sum (complex: torch's supports_complex(op))",
-    "dtype": "element type name as torch spells it (float32, complex64, float8_e4m3fn, ...): BackendConfig dtype sets",
-    "layout": "contiguous or non_contiguous (a strided view)",
-    "shape": "scalar, 1d, 2d, empty",
-    "feature": "a named capability, see FEATURES",
-    "bad_input": "a named bad-input case of suites/c10d/test_bad_input.py",
-    "bad_peer": "a named bad-peer case of suites/p2p",
-    "work": "how a Work is used: held_by_cpp (torch's reducer keeps it after Python drops it)",
-    "entry_point": "a torch.distributed entry point by its name (suites/c10d/test_entry_points.py)",
-    # RPC agents (backends/rpc_agents.py)
-    "backend": "the c10d backend under test, for gaps of an agent that runs over it (reference-pg)",
-    "rpc_feature": "a named RPC capability (async_execution, fault_injection, torchscript, ...)",
-    "rpc_call": "how an RPC is made: rpc_sync, rpc_async, remote, rref_method",
-    "workload": "a profiling workload of suites/profiling/workloads.py (or concurrent_calls)",
-    "mode": "how a profiling workload is called: sync, async, remote",
-    # DDP implementations (suites/ddp/impls.py)
-    "impl": "DDP implementation: torch or reference",
-    "clause": "a clause (test function name) of suites/ddp",
-}
+# The one vocabulary of requirements: every key a gap may match on and a test may state, what
+# it means, and (for a closed key) every value it may take. A gap, a needs() marker or a
+# gap_for() call naming any other key, or a closed key's other value, is an error when it is
+# read (UnknownRequirementKey / UnknownRequirementValue): a typo would otherwise be a gap that
+# never matches, or a case that escapes its gap.
+# Where PyTorch describes the same capability on a backend, the meaning names it (c10d
+# ``Backend`` properties of torch 2.13, ``supports_complex`` in distributed_c10d, and the
+# BackendConfig flags of test/distributed/c10d_backend_common.py that issue 15 names).
 
-# Values of ``feature=``, and the PyTorch flag each corresponds to where one exists. A backend
-# spec whose gap names any other feature is an error when the spec loads (so is a test stating one).
+
+@dataclass(frozen=True)
+class Requirement:
+    """One requirement key: what it means, its values if the set is closed, and whether a test
+    parameter of the same name states it."""
+
+    meaning: str
+    values: tuple[str, ...] | None = None  # None: open (values named by the case, the backend or a plugin)
+    parameter: bool = False  # ``@pytest.mark.parametrize("<key>", ...)`` states the requirement per case
+
+
+# Values of ``feature=``, and the PyTorch flag each corresponds to where one exists.
 FEATURES: dict[str, str | None] = {
     "subgroups": None,  # new_group of a subset of ranks
     "group_timeout": None,  # new_group(timeout=...) honoured by collectives
@@ -98,6 +85,83 @@ FEATURES: dict[str, str | None] = {
     "tensor_alloc": "supports_tensor_alloc",  # c10d Backend.supports_tensor_alloc(device)
 }
 
+# Element types by the name torch gives them (str(torch.float32) without "torch."), torch 2.13's
+# dtypes that tensors of a collective can have (tests/test_specs.py checks each is a torch dtype).
+DTYPES = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+          "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
+          "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+
+REQUIREMENT_KEYS: dict[str, Requirement] = {
+    # c10d: what a case calls
+    "collective": Requirement(
+        "c10d operation family: torch's, and any family suites/collectives.py's table adds (add_value_source)",
+        ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter", "reduce_scatter", "all_to_all",
+         "barrier", "send_recv", "batch_isend_irecv"), parameter=True),
+    "form": Requirement(
+        "how the operation is called: list (one tensor per rank) or single (one flat tensor; gather+single = "
+        "supports_gather_single); device: inside _coalescing_manager(device=...) (start/end coalescing); "
+        "functional, dtensor, fsdp: through that layer of torch.distributed (suites/parallel); and any form "
+        "suites/collectives.py's table adds (add_value_source)",
+        ("list", "single", "device", "functional", "dtensor", "fsdp"), parameter=True),
+    "split": Requirement("all_to_all split sizes", ("even", "uneven"), parameter=True),
+    "op": Requirement(
+        "reduce op, lower case (complex: torch's supports_complex(op))",
+        ("sum", "product", "min", "max", "avg", "band", "bor", "bxor", "premul_sum"), parameter=True),
+    "dtype": Requirement("element type as torch names it: BackendConfig dtype sets", DTYPES, parameter=True),
+    "layout": Requirement("contiguous, or non_contiguous (a strided view)", ("contiguous", "non_contiguous"),
+                          parameter=True),
+    "shape": Requirement("shape class of the tensors (suites/c10d/differential.py:shape_class)",
+                         ("scalar", "1d", "2d", "empty"), parameter=True),
+    "feature": Requirement("a named capability, see FEATURES", tuple(FEATURES), parameter=True),
+    "bad_input": Requirement("a named bad-input case of suites/c10d/test_bad_input.py"),
+    "bad_peer": Requirement("a named bad-peer case of suites/p2p/test_p2p_errors.py"),
+    "work": Requirement(
+        "how a Work is used: held_by_cpp (torch's reducer keeps it after Python drops it), member_away (issued "
+        "while a member is away), duration (timed), pending_on_abort (waited on after an abort)",
+        ("held_by_cpp", "member_away", "duration", "pending_on_abort")),
+    "entry_point": Requirement("a torch.distributed entry point by its name (suites/c10d/test_entry_points.py)"),
+    "clause": Requirement("one clause by its test function name, stated by that clause's needs(), for a gap that "
+                          "holds for it alone (e.g. a torch release breaking one call)"),
+    # RPC agents (backends/rpc_agents.py)
+    "backend": Requirement("the c10d backend under test, for gaps of an agent that runs over it (reference-pg)"),
+    "rpc_feature": Requirement(
+        "a named RPC capability",
+        ("async_execution", "async_future_exception", "custom_exception_type", "fault_injection",
+         "rref_to_owner_before_created", "torchscript", "unused_send_function", "wait_all_early_error")),
+    "rpc_call": Requirement("how an RPC is made", ("rpc_sync", "rpc_async", "remote", "rref_method")),
+    "workload": Requirement("a profiling workload of suites/profiling/workloads.py (or concurrent_calls)",
+                            parameter=True),
+    "mode": Requirement("how a profiling workload is called", ("sync", "async", "remote"), parameter=True),
+    # DDP implementations (suites/ddp/impls.py)
+    "impl": Requirement("DDP implementation", ("torch", "reference"), parameter=True),
+}
+
+# Closed keys whose further values another module defines, one that imports this one (so this one
+# cannot import it): suites/collectives.py's table supplies its families and forms, entries a
+# plugin adds at run time included. key -> functions returning values, read at every check.
+_VALUE_SOURCES: dict[str, list[Callable[[], Iterable[str]]]] = {}
+
+
+def add_value_source(key: str, source: Callable[[], Iterable[str]]) -> None:
+    """Let the module that defines values of closed key ``key`` supply them (``source()`` is read at
+    every check, so values added later count too)."""
+    if REQUIREMENT_KEYS[key].values is None:
+        raise ValueError(f"requirement key {key!r} is open: any value is known (backends/spec.py REQUIREMENT_KEYS)")
+    _VALUE_SOURCES.setdefault(key, []).append(source)
+
+
+def known_values(key: str) -> tuple[str, ...] | None:
+    """The values closed key ``key`` may take (its own and its sources'), or None for an open key."""
+    own = REQUIREMENT_KEYS[key].values
+    if own is None:
+        return None
+    supplied = (value for source in _VALUE_SOURCES.get(key, ()) for value in source())
+    return tuple(dict.fromkeys((*own, *supplied)))
+
+
+# Test parameters that state a requirement (fixtures/pytest_plugin.py, reports/contracts.py).
+PARAMETER_KEYS: tuple[str, ...] = tuple(key for key, requirement in REQUIREMENT_KEYS.items() if requirement.parameter)
+
 # PyTorch's capability flags (c10d Backend properties, BackendConfig flags of
 # c10d_backend_common) -> the requirement a case states when it needs that capability.
 TORCH_FLAGS: dict[str, dict[str, object]] = {
@@ -111,7 +175,7 @@ OUTCOMES = ("xfail", "skip", "intermittent")
 
 # What running a case that hits the gap does to the world it runs in. On one
 # host the pool forks a new world after a lost one; a world started by a
-# launcher (fixtures/launch.py) cannot be replaced, so it runs such cases last.
+# launcher (fixtures/launch/) cannot be replaced, so it runs such cases last.
 CONSEQUENCES: dict[str, str] = {
     "fails": "the case fails (an error or a wrong value) and the world stays usable",
     "kills_rank": "a rank process aborts or crashes, at once or later (a corrupted heap): the world is lost",
@@ -119,33 +183,60 @@ CONSEQUENCES: dict[str, str] = {
 }
 
 
+def _normalise(value: object) -> object:
+    """Let tests pass torch dtypes / ReduceOps directly; specs are written with short strings."""
+    text = str(value)
+    if text.startswith("torch."):
+        return text[len("torch."):]
+    for prefix in ("ReduceOp.", "RedOpType."):  # str(dist.ReduceOp.SUM) is "RedOpType.SUM" on torch 2.x
+        if text.startswith(prefix):
+            return text[len(prefix):].lower()
+    return value
+
+
 class UnknownRequirementKey(ValueError):
-    """A gap (or a test's needs()) names a key that is not in REQUIREMENT_KEYS."""
+    """A gap, a needs() marker or a gap_for() call names a key that is not in REQUIREMENT_KEYS."""
 
 
-def check_requirement_keys(keys: Iterable[str], where: str) -> None:
-    unknown = sorted(k for k in keys if k not in REQUIREMENT_KEYS)
+class UnknownRequirementValue(UnknownRequirementKey):
+    """A gap, a needs() marker or a gap_for() call gives a closed key a value it does not have."""
+
+
+def check_requirement_keys(need: Mapping[str, object], where: str) -> None:
+    """Every key of ``need`` (a gap's match, a case's requirements) is in REQUIREMENT_KEYS, and every
+    value of a closed key (a value or a collection of values; torch dtypes and ReduceOps as tests
+    pass them) is one of that key's values. None (a key a test does not exercise) is no value."""
+    unknown = sorted(k for k in need if k not in REQUIREMENT_KEYS)
     if unknown:
         raise UnknownRequirementKey(
             f"{where}: unknown requirement key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
             f"known keys: {', '.join(REQUIREMENT_KEYS)} (backends/spec.py REQUIREMENT_KEYS)")
+    for key, wanted in need.items():
+        allowed = known_values(key)
+        if allowed is None or wanted is None:
+            continue
+        values = wanted if isinstance(wanted, (set, frozenset, tuple, list)) else (wanted,)
+        bad = [repr(v) for v in values if _normalise(v) not in allowed]
+        if bad:
+            raise UnknownRequirementValue(
+                f"{where}: unknown {key} {', '.join(bad)}; known: {', '.join(allowed)} "
+                f"(backends/spec.py REQUIREMENT_KEYS[{key!r}])")
 
 
-class UnknownFeature(UnknownRequirementKey):
-    """A gap (or a test's needs()) names a ``feature=`` value that is not in FEATURES."""
-
-
-def check_features(match: Mapping[str, object], where: str) -> None:
-    """The ``feature=`` value(s) of a gap or a need must be declared in FEATURES (a typo would never match)."""
-    if "feature" not in match:
-        return
-    wanted = match["feature"]
-    values = wanted if isinstance(wanted, (set, frozenset, tuple, list)) else (wanted,)
-    unknown = sorted(map(repr, (v for v in values if v not in FEATURES)))
-    if unknown:
-        raise UnknownFeature(
-            f"{where}: unknown feature{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-            f"known features: {', '.join(FEATURES)} (backends/spec.py FEATURES)")
+def parameter_requirements(params: Mapping[str, object]) -> dict[str, object]:
+    """The requirements a case's parameters state: those named like a PARAMETER_KEYS key, with a
+    value of that key (normalised). A closed key's parameter with another value means something
+    else in that test (suites/ddp's ``mode=small_buckets``, a torch function name as
+    ``collective``) and states nothing; the case's needs() markers say what it needs."""
+    need: dict[str, object] = {}
+    for key in PARAMETER_KEYS:
+        if key not in params:
+            continue
+        value = _normalise(params[key])
+        allowed = known_values(key)
+        if allowed is None or value in allowed:
+            need[key] = value
+    return need
 
 
 def gaps_from_flags(flags: Mapping[str, bool], reason: str) -> tuple["Gap", ...]:
@@ -261,7 +352,6 @@ def gap_for(gaps: Iterable[Gap], env: Mapping[str, str] | None = None, **need: o
     that does not exercise a key).
     """
     check_requirement_keys(need, "gap_for")
-    check_features(need, "gap_for")
     need = {k: _normalise(v) for k, v in need.items() if v is not None}
     for gap in gaps:
         if gap.matches(need) and gap.holds(env):
@@ -316,11 +406,6 @@ class BackendSpec:
     inherits: str = ""
     inherited_gaps: tuple[Gap, ...] = ()  # filled by BackendRegistry from ``inherits``
 
-    def __post_init__(self):
-        # when the spec loads (a plugin's at import): a feature nobody declared is a typo, never a gap
-        for gap in self.gaps:
-            check_features(gap.match, f"backend spec {self.name!r}: Gap({dict(gap.match)!r}, {gap.reason[:60]!r}...)")
-
     @property
     def all_gaps(self) -> tuple[Gap, ...]:
         """Own gaps first (they win), then the inherited ones."""
@@ -346,14 +431,3 @@ def inherit(spec: BackendSpec, parent: BackendSpec) -> BackendSpec:
     """``spec`` with ``parent``'s gaps (own and inherited) appended, each naming where it came from."""
     gaps = tuple(g if g.source else replace(g, source=parent.name) for g in parent.all_gaps)
     return replace(spec, inherited_gaps=gaps)
-
-
-def _normalise(value: object) -> object:
-    """Let tests pass torch dtypes / ReduceOps directly; specs are written with short strings."""
-    text = str(value)
-    if text.startswith("torch."):
-        return text[len("torch."):]
-    for prefix in ("ReduceOp.", "RedOpType."):  # str(dist.ReduceOp.SUM) is "RedOpType.SUM" on torch 2.x
-        if text.startswith(prefix):
-            return text[len(prefix):].lower()
-    return value

@@ -16,7 +16,8 @@ The CSV files have one header row, plain numbers (no units in cells; units are i
 column names) and empty cells for missing values: they load unchanged into a spreadsheet
 and ``pandas.read_csv``. Plots use matplotlib (the Agg backend: no display needed).
 report.html embeds all of this when the JSON files are in its folder; a benchmark that
-writes into the folder of a conformance run re-renders its report.html.
+writes into the folder of a conformance run re-renders its report.html afterwards
+(reports/html_report.py:refresh_report; this module knows nothing of the page).
 
     python -m reports.benchmarks REPORT_DIR     # (re)write CSV and plots from the JSON files there
 """
@@ -237,37 +238,19 @@ def _plots(plot, records, folder: str) -> list[str]:
         return []
 
 
-def refresh_report(folder: str) -> list[str]:
-    """Re-render report.html when the folder holds a conformance run, so the page shows these results too."""
-    from .html_report import write_html
-    from .json_report import read_json
-
-    conformance = os.path.join(folder, "conformance.json")
-    if not os.path.exists(conformance):
-        return []
-    try:
-        records, meta = read_json(conformance)
-    except ValueError as exc:
-        print(f"# report.html not refreshed: {exc}", file=sys.stderr)
-        return []
-    path = os.path.join(folder, "report.html")
-    write_html(path, records, meta)
-    return [path]
-
-
 def write_collectives_outputs(report: dict, folder: str) -> list[str]:
-    """collectives.csv and the busbw/time plots beside collectives.json (and a refreshed report.html); the
-    paths written."""
+    """collectives.csv and the busbw/time plots beside collectives.json; the paths written (the benchmark
+    then refreshes report.html: reports/html_report.py:refresh_report)."""
     records = [r for r in report.get("records", []) if isinstance(r, dict)]
     return [write_csv(os.path.join(folder, "collectives.csv"), records, COLLECTIVE_COLUMNS)] + \
-        _plots(collective_plots, records, folder) + refresh_report(folder)
+        _plots(collective_plots, records, folder)
 
 
 def write_rpc_outputs(report: dict, folder: str) -> list[str]:
-    """rpc.csv and the rate/latency plots beside stress.json (and a refreshed report.html); the paths written."""
+    """rpc.csv and the rate/latency plots beside stress.json; the paths written."""
     records = [r for r in report.get("records", []) if isinstance(r, dict)]
     return [write_csv(os.path.join(folder, "rpc.csv"), records, RPC_COLUMNS)] + \
-        _plots(rpc_plots, records, folder) + refresh_report(folder)
+        _plots(rpc_plots, records, folder)
 
 
 def write_outputs(folder: str) -> list[str]:

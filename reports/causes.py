@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from .folding import fold, ranks_text
+
 _HEX = re.compile(r"0x[0-9a-fA-F]{4,}")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _RANKS_SUFFIX = re.compile(r" \((?:rank|ranks) [\d, ]+\)")
@@ -31,16 +33,9 @@ def _clip(text: str, limit: int = _LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def ranks_text(ranks) -> str:
-    ranks = sorted(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-
-
 def _group_by_line(lines_by_rank: dict[int, str]) -> str:
     """'RuntimeError: x (ranks 0, 1)': ranks whose lines differ only in numbers fold into one part
     (differing numbers as ranges); parts that differ otherwise are joined by '; '."""
-    from .folding import fold  # folding imports ranks_text from here
-
     texts = [f"rank {rank}: {line}" for rank, line in sorted(lines_by_rank.items())]
     parts = []
     for entry in fold(texts):

@@ -21,10 +21,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from backends.spec import PARAMETER_KEYS, parameter_requirements  # the parameters that state a requirement
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITES = os.path.join(ROOT, "suites")
 OUTPUT = os.path.join(ROOT, "CONTRACTS.md")
-NEED_PARAMS = ("collective", "op", "dtype", "layout", "feature", "form", "split")  # fixtures/pytest_plugin.py
 
 
 @dataclass
@@ -60,9 +61,26 @@ def _needs(module, function) -> tuple[str, int]:
         elif mark.name == "parametrize" and mark.args:
             names = mark.args[0]
             names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-            varying += [n for n in names if n in NEED_PARAMS and n not in fixed and n not in varying]
+            varying += [n for n in _requirement_parameters(names, mark.args[1] if len(mark.args) > 1 else ())
+                        if n not in fixed and n not in varying]
     parts = [f"{key}={value}" for key, value in sorted(fixed.items())] + [f"per {name}" for name in varying]
     return ", ".join(parts), min_size
+
+
+def _requirement_parameters(names: list, argvalues) -> list[str]:
+    """The parameters among ``names`` that state a requirement for some case: named like a
+    requirement key and given a value of it (DDP's ``mode="small_buckets"`` states none)."""
+    stating = []
+    for position, name in enumerate(names):
+        if name not in PARAMETER_KEYS:
+            continue
+        for argvalue in argvalues:
+            values = getattr(argvalue, "values", argvalue)  # a pytest.param, or the bare value(s)
+            value = values[position] if len(names) > 1 else (values[0] if hasattr(argvalue, "values") else values)
+            if parameter_requirements({name: value}):
+                stating.append(name)
+                break
+    return stating
 
 
 def _clause_text(function) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from . import views
 from .causes import cause_key
 from .json_report import read_json
+from .rendering import environment
 
 BAD = set(views.BAD)
 
@@ -200,9 +201,7 @@ def render_markdown(cmp: Comparison, *, old_name: str, new_name: str, gate_durat
 
 
 def render_html(cmp: Comparison, *, old_name: str, new_name: str, gate_durations: bool = False) -> str:
-    from .html_report import _environment
-
-    template = _environment().get_template("diff.html.j2")
+    template = environment().get_template("diff.html.j2")
     return template.render(cmp=cmp, kinds=KINDS, grouped=grouped, facts=fact_changes(cmp.old_meta, cmp.new_meta),
                            old_name=old_name, new_name=new_name, regressed=cmp.regressed(gate_durations),
                            gate_durations=gate_durations)

@@ -13,11 +13,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .causes import ranks_text
-
 _HEX = re.compile(r"0x[0-9a-fA-F]{4,}")
 _SUBJECT = re.compile(r"\brank (\d+)\b")
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
+
+
+def ranks_text(ranks) -> str:
+    """'rank 2', or 'ranks 0, 1, 3' (sorted)."""
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 @dataclass
@@ -54,7 +58,7 @@ def fold(texts) -> list[Folded]:
     groups: dict[str, tuple[list, list, list]] = {}
     for text in texts:
         key, rank, literals, numbers = _split(text)
-        literals_, numbers_by_slot, members = groups.setdefault(key, (literals, [[] for _ in numbers], []))
+        _, numbers_by_slot, members = groups.setdefault(key, (literals, [[] for _ in numbers], []))
         for slot, value in enumerate(numbers):
             numbers_by_slot[slot].append(value)
         members.append((rank, text))

@@ -8,61 +8,14 @@ chrome traces are picked up from the report folder when this run wrote them.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import sys
 from collections import defaultdict
 
-import jinja2
-
 from . import benchmarks, views
-from .folding import fold
-
-TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
-
-
-def anchor(*parts) -> str:
-    """A fragment id that is stable for the same inputs and safe in any URL."""
-    return "a" + hashlib.sha1("\x1f".join(map(str, parts)).encode()).hexdigest()[:12]
-
-
-def seconds(value: float) -> str:
-    if value >= 100:
-        return f"{value:.0f} s"
-    if value >= 1:
-        return f"{value:.2f} s"
-    return f"{value * 1000:.0f} ms" if value >= 0.001 else f"{value * 1e6:.0f} µs"
-
-
-def number(value, digits: int = 3) -> str:
-    """A figure for a table: 3 significant digits, '-' when missing."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "-" if value in (None, "") else str(value)
-    return f"{value:.{digits}g}"
-
-
-def size(value) -> str:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return str(value)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= scale:
-            return f"{value / scale:g} {unit}"
-    return f"{value:g} B"
-
-
-def first_line(text: str) -> str:
-    return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(seconds=seconds, first_line=first_line, fold=fold, number=number, size=size)
-    env.globals.update(anchor=anchor, case_anchor=lambda r: anchor("case", r.nodeid),
-                       cases_anchor=lambda t, a: anchor("cases", t, a), case_id=views.case_id,
-                       failure_line=views.failure_line, target=views.target, outcomes=views.OUTCOMES,
-                       worst=views.worst)
-    return env
+from .json_report import read_json
+from .rendering import environment
 
 
 # ----------------------------------------------------------------- profiling
@@ -171,7 +124,7 @@ def context(records, meta: dict, *, out_dir: str = "", started: float = 0.0) -> 
 
 
 def render(records, meta: dict, *, out_dir: str = "", started: float = 0.0) -> str:
-    template = _environment().get_template("report.html.j2")
+    template = environment().get_template("report.html.j2")
     return template.render(**context(records, meta, out_dir=out_dir, started=started))
 
 
@@ -181,25 +134,39 @@ def write_html(path: str, records, meta: dict, *, started: float = 0.0) -> None:
         fh.write(text)
 
 
+def rerender(folder: str) -> str:
+    """Re-render ``folder``/report.html from its conformance.json (so the page embeds the benchmark
+    results written there since); its path. ValueError naming the problem when there is no readable one."""
+    records, meta = read_json(os.path.join(folder, "conformance.json"))
+    path = os.path.join(folder, "report.html")
+    write_html(path, records, meta)
+    return path
+
+
+def refresh_report(folder: str) -> list[str]:
+    """After a benchmark wrote into ``folder``: [report.html re-rendered] when the folder holds a
+    conformance run, else [] (with a note when its conformance.json is unreadable)."""
+    if not os.path.exists(os.path.join(folder, "conformance.json")):
+        return []
+    try:
+        return [rerender(folder)]
+    except ValueError as exc:
+        print(f"# report.html not refreshed: {exc}", file=sys.stderr)
+        return []
+
+
 def main(argv=None) -> int:
     """python -m reports.html_report DIR: re-render DIR/report.html from DIR/conformance.json (e.g. after a
     benchmark wrote its results into DIR, so the page embeds them)."""
-    import sys
-
-    from .json_report import read_json
-
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or argv[0].startswith("-"):
         print("usage: python -m reports.html_report REPORT_DIR", file=sys.stderr)
         return 2
     try:
-        records, meta = read_json(os.path.join(argv[0], "conformance.json"))
+        print(rerender(argv[0]))
     except ValueError as exc:
         print(f"reports.html_report: {exc}", file=sys.stderr)
         return 2
-    path = os.path.join(argv[0], "report.html")
-    write_html(path, records, meta)
-    print(path)
     return 0
 
 

@@ -161,11 +161,6 @@ def gaps(records) -> list[GapGroup]:
 
 
 # ------------------------------------------------------------------ findings
-def findings_of(r) -> list[Folded]:
-    """One case's findings with ranks grouped."""
-    return fold(r.findings)
-
-
 @dataclass
 class FindingGroup:
     area: str

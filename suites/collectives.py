@@ -62,6 +62,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from backends import spec as requirements
+
 # ---------------------------------------------------------------- layout
 PER_RANK = "per_rank"  # one chunk per group rank (chunk j: to / from group rank j)
 ONE_CHUNK = "one"
@@ -485,6 +487,12 @@ TABLE: dict[str, Collective] = {c.name: c for c in (
                _call_all_to_all, _oracle_all_to_all, _bus_partitioned, splits=("even",),
                dtypes_moved=MOVED_BY_ALL),
 )}
+
+
+# The requirement vocabulary knows this table's families and forms, entries added later included
+# (backends/spec.py cannot import this module: it imports backends).
+requirements.add_value_source("collective", lambda: (c.family for c in TABLE.values()))
+requirements.add_value_source("form", lambda: (c.form for c in TABLE.values() if c.form is not None))
 
 
 class UnknownCollective(ValueError):

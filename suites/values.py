@@ -34,7 +34,6 @@ DTYPES = {
     "bool": torch.bool,
 }
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
-INT_DTYPES = ("int32", "int64", "uint8")
 
 # Fractional step per dtype that keeps sums exact yet falls off in a narrower type.
 _FLOAT_STEP = {"float64": 2.0**-40, "float32": 2.0**-16, "float16": 2.0**-4, "bfloat16": 2.0**-1}

@@ -77,7 +77,7 @@ def test_the_docs_show_how_a_vendor_joins_the_matrix():
 
 
 def test_ci_run_installs_open_mpi_so_the_mpirun_test_runs():
-    """tests/test_launch.py::test_mpirun fails under CI when mpirun is missing: .ci/run provides it."""
+    """tests/test_launch_launchers.py::test_mpirun fails under CI when mpirun is missing: .ci/run provides it."""
     with open(os.path.join(REPO_ROOT, ".ci", "run")) as fh:
         script = fh.read()
     assert "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in script  # CI containers run as root

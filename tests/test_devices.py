@@ -13,8 +13,6 @@ SIZES = range(1, 9)
 def test_cpu_every_rank_uses_cpu(world_size, count):
     plan = plan_devices("cpu", world_size, count)
     assert plan == DevicePlan("cpu", ("cpu",) * world_size)
-    assert [plan.for_rank(r) for r in range(world_size)] == ["cpu"] * world_size
-    assert not plan.uses_accelerator
 
 
 @pytest.mark.parametrize("count", COUNTS)
@@ -24,8 +22,6 @@ def test_cuda_rank_r_uses_cuda_r_or_skips_with_reason(world_size, count):
         plan = plan_devices("cuda", world_size, count)
         assert plan.device_type == "cuda"
         assert plan.devices == tuple(f"cuda:{r}" for r in range(world_size))
-        assert [plan.for_rank(r) for r in range(world_size)] == [f"cuda:{r}" for r in range(world_size)]
-        assert plan.uses_accelerator
         assert len(set(plan.devices)) == world_size  # no two ranks share a GPU
     else:
         with pytest.raises(NotEnoughDevices) as info:
@@ -50,7 +46,7 @@ def test_bind_cpu_is_a_no_op():
     assert bind_rank_to_device("cpu") is None
 
 
-# ---- worlds launched across nodes (fixtures/launch.py): cuda:LOCAL_RANK, never cuda:RANK
+# ---- worlds launched across nodes (fixtures/launch/): cuda:LOCAL_RANK, never cuda:RANK
 from fixtures.devices import Placement, plan_launched_devices  # noqa: E402
 
 

@@ -145,7 +145,7 @@ def missing_paths(page: Path) -> list[str]:
     """Repository paths named in backticks that do not exist (placeholders such as <report-dir> are not paths)."""
     missing = []
     for token in REPO_PATH.findall(page.read_text()):
-        path = token.split("::")[0]  # tests/test_launch.py::test_mpirun names a file
+        path = token.split("::")[0]  # tests/test_launch_launchers.py::test_mpirun names a file
         if re.search(r"[<>{}*]", path) or path.startswith(RUN_OUTPUT):
             continue
         if not (REPO_ROOT / path).exists() and path not in missing:

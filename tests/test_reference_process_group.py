@@ -335,7 +335,7 @@ def test_shutdown_ends_every_thread_and_closes_the_listener(ref_world):
         thread.join(2.0)
     alive = [t.name for t in threads if t.is_alive()]
     assert not alive, f"threads still running 2 s after shutdown(): {alive}"
-    for rank, port in enumerate(ports):
+    for port in ports:
         with pytest.raises(ConnectionRefusedError):  # nothing may listen on a shut-down group's port
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
 

@@ -441,7 +441,7 @@ def test_ungraceful_shutdown_fails_pending(rworld):
 
 def test_strangers_refused_agent_keeps_serving(rworld):
     """reference-tp refuses connections with a wrong or no token, garbage, or a claimed rank, answering with the reason; calls keep working."""
-    for rank, out in enumerate(rworld.run(fns.stranger_refused)):
+    for out in rworld.run(fns.stranger_refused):
         reasons = [reason for _, reason in out["replies"]]
         assert all(kind == tp_codec.REFUSED for kind, _ in out["replies"])
         assert reasons[:2] == ["wrong world token"] * 2 and "not a reference-tp peer" in reasons[2]

@@ -63,17 +63,19 @@ def test_plots_are_written_as_png_and_svg(tmp_path):
 
 
 def test_a_benchmark_in_a_conformance_report_folder_refreshes_report_html(tmp_path):
+    from reports.html_report import refresh_report
     from reports.json_report import write_json
     from reports.records import CaseRecord
 
+    assert refresh_report(str(tmp_path)) == []  # no conformance run here: nothing to refresh
     write_json(str(tmp_path / "conformance.json"), [CaseRecord("a::t[gloo-ws2]", "c10d", "c", "gloo", 2, "passed")], {})
     (tmp_path / "stress.json").write_text(json.dumps(RPC))  # as the benchmark writes it, before its CSV
-    written = benchmarks.write_rpc_outputs(RPC, str(tmp_path))
+    written = benchmarks.write_rpc_outputs(RPC, str(tmp_path)) + refresh_report(str(tmp_path))
     assert str(tmp_path / "report.html") in written
     page = (tmp_path / "report.html").read_text()
     assert 'id="benchmarks"' in page and "a::t[gloo-ws2]" in page
     (tmp_path / "conformance.json").write_text("{broken")
-    assert str(tmp_path / "report.html") not in benchmarks.write_rpc_outputs(RPC, str(tmp_path))
+    assert refresh_report(str(tmp_path)) == []
 
 
 def test_report_html_embeds_the_benchmarks_of_its_folder(tmp_path):

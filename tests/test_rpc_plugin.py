@@ -4,6 +4,7 @@ the harness hook that stops an agent before process groups are re-created, and t
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -105,6 +106,52 @@ def test_report_carries_agent_and_gap(tmp_path):
     assert gap["reason"].startswith("RPC agent reference-tp: ") and "set_exception" in gap["reason"]
     summary = (tmp_path / "summary.md").read_text()
     assert "| gloo · rpc reference-tp | rpc |" in summary and "| gloo · rpc tensorpipe | rpc |" in summary
+
+
+# ------------------------------------------------------------- agents from plugins
+EXTRA_AGENT = "tests.harness_cases.extra_agent"
+
+
+def test_agent_plugin_registers_its_spec_once():
+    from tests.harness_cases import extra_agent
+
+    try:
+        assert rpc_agents.load_plugin(EXTRA_AGENT) == [extra_agent.DISTCONFORM_RPC_AGENTS]
+        rpc_agents.load_plugin(EXTRA_AGENT)  # again (pytest, then every rank): a no-op
+        spec = rpc_agents.get(extra_agent.NAME)
+        assert spec.transport == rpc_agents.get("reference-tp").transport
+        assert spec.gap_for(rpc_feature="wait_all_early_error").outcome == "skip"
+        with pytest.raises(ValueError, match="already defined"):
+            rpc_agents.register(replace(spec, description="another"))
+    finally:
+        rpc_agents.AGENTS.pop(extra_agent.NAME, None)
+
+
+def test_agent_plugin_without_specs_is_refused():
+    with pytest.raises(rpc_agents.RpcAgentPluginError, match="DISTCONFORM_RPC_AGENTS"):
+        rpc_agents.load_plugin("tests.harness_cases.procs")
+    with pytest.raises(rpc_agents.RpcAgentPluginError, match="import failed"):
+        rpc_agents.load_plugin("no_such_module_for_rpc")
+
+
+def test_agent_from_a_plugin_is_parametrised_into_the_rpc_clauses_with_its_gap(tmp_path):
+    run = finish_pytest(start_pytest(["suites/rpc/test_futures.py", "--world-size", "2",
+                                      "--rpc-agent-plugin", EXTRA_AGENT,
+                                      "-k", "reference-tp-extra and (first_error_wins or returns_values)"],
+                                     tmp_path))
+    assert run.returncode == 0, run.output
+    with open(tmp_path / "conformance.json") as fh:
+        cases = json.load(fh)["cases"]
+    # the default --rpc-agent is every agent, the plugin's included; -k kept the plugin's cases
+    assert {(c["rpc_agent"], c["outcome"]) for c in cases} == {("reference-tp-extra", "passed"),
+                                                               ("reference-tp-extra", "skipped")}, cases
+    gap = next(c for c in cases if c["outcome"] == "skipped")
+    assert gap["reason"].startswith("RPC agent reference-tp-extra: ") and "plugin" in gap["reason"]
+
+
+def test_unknown_agent_plugin_is_a_usage_error(tmp_path):
+    run = finish_pytest(start_pytest([ADDRESSING, "--rpc-agent-plugin", "no_such_module_for_rpc"], tmp_path))
+    assert run.returncode == 4 and "--rpc-agent-plugin no_such_module_for_rpc" in run.output, run.output
 
 
 # ------------------------------------------------------------- rank-side lifecycle

@@ -109,7 +109,8 @@ def test_burst_order_check_catches_a_transport_that_reverses_its_batches(tworld)
 
 def test_payloads_of_every_dtype_and_layout_arrive_intact(tworld):
     """Every dtype (bool, bfloat16, complex, float8, unsigned), 0-dim, empty, strided, conjugated and
-    16 MiB tensors arrive bit-identical, contiguous, alone and bundled in one frame; header-only frames too."""
+    16 MiB tensors arrive bit-identical, with the strides torch's RPC gives them (a transpose stays transposed),
+    alone and bundled in one frame; header-only frames too."""
     results = tworld.run(fns.send_payloads)
     n_cases = len(fns.payload_cases())
     for result in results:

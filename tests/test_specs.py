@@ -133,14 +133,70 @@ def test_plugin_without_spec_is_held_to_the_full_contract():
 
 
 # ------------------------------------------------------------ requirement keys
-def test_every_builtin_agent_and_impl_gap_uses_declared_keys():
+def test_every_builtin_and_agent_gap_is_in_the_vocabulary():
     from backends.rpc_agents import AGENTS
-    from backends.spec import REQUIREMENT_KEYS
-    from suites.ddp.impls import IMPL_GAPS
+    from backends.spec import check_requirement_keys
 
     gaps = [g for spec in BackendRegistry().specs.values() for g in spec.all_gaps]
-    gaps += [g for agent in AGENTS.values() for g in agent.gaps] + list(IMPL_GAPS)
-    assert gaps and all(set(g.match) <= set(REQUIREMENT_KEYS) for g in gaps)
+    gaps += [g for agent in AGENTS.values() for g in agent.gaps]
+    assert gaps
+    for gap in gaps:
+        check_requirement_keys(gap.match, gap.reason)  # keys and closed values
+
+
+def test_a_closed_keys_other_value_is_an_error_naming_key_value_and_the_known_ones():
+    from backends.spec import UnknownRequirementValue
+
+    with pytest.raises(UnknownRequirementValue, match=r"unknown form 'devcie'; known: list, single, device, "):
+        Gap({"feature": "coalescing", "form": "devcie"}, "typo")
+    with pytest.raises(UnknownRequirementValue, match=r"gap_for: unknown op 'prod'; known: sum, product"):
+        SPEC.gap_for(op="prod")
+    with pytest.raises(UnknownRequirementValue, match=r"unknown dtype 'float'"):
+        Gap({"dtype": ("float32", "float")}, "one value of several")
+    # torch objects are named as the vocabulary names them; open keys take any value
+    assert SPEC.gap_for(dtype=torch.float64, op=dist.ReduceOp.PRODUCT) is None
+    assert Gap({"bad_input": "anything", "backend": "a_plugin"}, "open keys").match
+
+
+def test_the_vocabularys_values_are_what_torch_and_the_suites_name():
+    from backends.spec import DTYPES, REQUIREMENT_KEYS
+    from suites.ddp.impls import IMPLS
+
+    assert all(isinstance(getattr(torch, name), torch.dtype) for name in DTYPES)
+    assert IMPLS == REQUIREMENT_KEYS["impl"].values == ("torch", "reference")
+
+
+def test_the_collective_tables_families_and_forms_are_known_entries_added_later_too(monkeypatch):
+    """suites/collectives.py supplies its families and forms (spec.py cannot import it: it imports backends)."""
+    from dataclasses import replace as replace_entry
+
+    from backends.spec import UnknownRequirementValue, known_values
+    from suites import collectives
+
+    for entry in collectives.TABLE.values():
+        assert entry.family in known_values("collective") and entry.form in (None, *known_values("form"))
+        assert set(entry.splits) <= set(known_values("split")), entry.name
+    with pytest.raises(UnknownRequirementValue, match=r"unknown form 'base'"):
+        Gap({"collective": "reduce_scatter", "form": "base"}, "not in the table yet")
+    added = replace_entry(collectives.TABLE["reduce_scatter_tensor"], name="reduce_scatter_base", form="base")
+    monkeypatch.setitem(collectives.TABLE, added.name, added)
+    assert Gap({"collective": "reduce_scatter", "form": "base"}, "in the table now").match
+
+
+def test_parameters_named_like_a_key_state_it_with_a_value_of_the_key():
+    from backends.spec import PARAMETER_KEYS, parameter_requirements
+
+    assert "shape" in PARAMETER_KEYS and "bad_input" not in PARAMETER_KEYS
+    params = {"shape": "empty", "dtype": torch.bfloat16, "op": dist.ReduceOp.SUM, "workload": "python_udf",
+              "world_target": object(), "case": "x"}
+    assert parameter_requirements(params) == {"shape": "empty", "dtype": "bfloat16", "op": "sum",
+                                              "workload": "python_udf"}
+    # a parameter named like a closed key but meaning something else in its test states nothing
+    assert parameter_requirements({"mode": "small_buckets", "collective": "reduce_scatter_tensor",
+                                   "shape": "4MiB"}) == {}
+    # so a gap on a parametrised shape matches the case
+    gap = Gap({"feature": "recv_any_source", "shape": "empty"}, "r")
+    assert gap.matches({"feature": "recv_any_source", **parameter_requirements({"shape": "empty"})})
 
 
 def test_a_gap_with_an_unknown_key_is_an_error_naming_it():
@@ -163,21 +219,21 @@ def test_a_plugin_whose_spec_has_an_unknown_key_fails_to_load_naming_it(tmp_path
         BackendRegistry(["typo_plugin_x1"])
 
 
-def test_a_spec_with_an_unknown_feature_fails_to_load_naming_the_value_and_the_spec(tmp_path, monkeypatch):
-    from backends.spec import UnknownFeature
+def test_a_spec_with_an_unknown_feature_fails_to_load_naming_the_value(tmp_path, monkeypatch):
+    from backends.spec import UnknownRequirementValue
 
-    with pytest.raises(UnknownFeature, match=r"backend spec 'typo_f1': Gap\(\{'feature': 'coalesing'\}.*unknown feature "
-                                             r"'coalesing'; known features: subgroups, .*coalescing"):
+    with pytest.raises(UnknownRequirementValue, match=r"Gap\(\{'feature': 'coalesing'\}.*unknown feature "
+                                                      r"'coalesing'; known: subgroups, .*coalescing"):
         BackendSpec(name="typo_f1", gaps=(Gap({"feature": "coalesing"}, "r"),))
-    with pytest.raises(UnknownFeature, match=r"unknown feature 'teleport'"):  # one value of several
+    with pytest.raises(UnknownRequirementValue, match=r"unknown feature 'teleport'"):  # one value of several
         BackendSpec(name="typo_f2", gaps=(Gap({"feature": ("subgroups", "teleport")}, "r"),))
-    with pytest.raises(UnknownFeature, match=r"gap_for: unknown feature 'subgroup'"):
+    with pytest.raises(UnknownRequirementValue, match=r"gap_for: unknown feature 'subgroup'"):
         SPEC.gap_for(feature="subgroup")  # a test stating an unknown feature fails as loudly
     (tmp_path / "typo_plugin_f3.py").write_text(
         "from backends.spec import BackendSpec, Gap\n"
         "DISTCONFORM_SPEC = BackendSpec(name='typo_f3', gaps=(Gap({'feature': 'sprase'}, 'r'),))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(PluginImportError, match=r"typo_plugin_f3.*backend spec 'typo_f3'.*unknown feature 'sprase'"):
+    with pytest.raises(PluginImportError, match=r"typo_plugin_f3.*unknown feature 'sprase'"):
         BackendRegistry(["typo_plugin_f3"])
 
 
@@ -383,3 +439,31 @@ def test_torch_capability_flags_become_gaps():
     assert used <= set(FEATURES), used - set(FEATURES)
     assert all(set(need) <= set(__import__("backends.spec", fromlist=["REQUIREMENT_KEYS"]).REQUIREMENT_KEYS)
                for need in TORCH_FLAGS.values())
+
+
+NEEDS_TYPO_TESTS = '''
+import pytest
+
+@pytest.mark.needs(feature="coalescing", form="devcie")
+def test_typo(world):
+    pass
+'''
+
+
+def test_a_needs_marker_with_an_unknown_value_stops_collection_naming_it(tmp_path):
+    """needs() is read against the same vocabulary as the gaps: a closed key's other value is a usage error."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["fixtures.pytest_plugin"]\n')
+    (tmp_path / "test_typo.py").write_text(NEEDS_TYPO_TESTS)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    env["PYTHONPATH"] = root
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "--rootdir", str(tmp_path), "--collect-only",
+                           "-p", "no:cacheprovider", "--backend", "nccl", "--world-size", "2"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "test_typo.py::test_typo[nccl-ws2]: needs(): unknown form 'devcie'; known: list, single, device" \
+        in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]

@@ -50,12 +50,8 @@ def supported() -> str:
 
 
 # ------------------------------------------------------------------ encoding
-def tensor_payload(tensor, index: int, carrier: str) -> torch.Tensor:
-    """The tensor's elements as a flat contiguous uint8 tensor (a view when already contiguous).
-
-    Raises TypeError/ValueError naming tensor ``index`` and what ``carrier`` cannot
-    carry: not a tensor, not on the CPU, not dense, a dtype without a wire code.
-    """
+def _plain(tensor, index: int, carrier: str) -> torch.Tensor:
+    """``tensor`` without autograd history or pending conj/neg bits; raises naming what ``carrier`` cannot carry."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"frame tensor {index} is a {type(tensor).__name__}, not a torch.Tensor")
     if tensor.device.type != "cpu":
@@ -74,13 +70,49 @@ def tensor_payload(tensor, index: int, carrier: str) -> torch.Tensor:
         flat = flat.resolve_conj()
     if flat.is_neg():
         flat = flat.resolve_neg()
-    flat = flat.reshape(-1)  # a view when contiguous, else a contiguous copy
+    return flat
+
+
+def tensor_payload(tensor, index: int, carrier: str) -> torch.Tensor:
+    """The tensor's elements as a flat contiguous uint8 tensor (a view when already contiguous).
+
+    Raises TypeError/ValueError naming tensor ``index`` and what ``carrier`` cannot
+    carry: not a tensor, not on the CPU, not dense, a dtype without a wire code.
+    """
+    flat = _plain(tensor, index, carrier).reshape(-1)  # a view when contiguous, else a contiguous copy
     if flat.stride(0) != 1:
         # torch calls a view with one element (or size-1 dims, or none) contiguous whatever
         # its strides, and reshape keeps such a stride: copy to get unit stride (an empty
         # strided slice too, or view(torch.uint8) refuses it)
         flat = flat.clone(memory_format=torch.contiguous_format)
     return flat.view(torch.uint8)
+
+
+# torch's kMinRecopyBytes and kMinMultiple (torch/csrc/distributed/rpc/utils.cpp, cloneSparseTensors)
+RECOPY_MIN_BYTES = 8 * 1024
+RECOPY_MIN_MULTIPLE = 2
+
+
+def strided_payload(tensor, index: int, carrier: str) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """(the memory the tensor's elements span as flat uint8, its strides): a tensor as torch's RPC sends it.
+
+    TensorPipe sends a tensor's storage and its strides, so a transposed, permuted,
+    channels_last or expanded tensor arrives with the strides it had, unless the
+    storage is at least 8 KiB and twice the tensor's elements: then it sends
+    ``clone()`` (dense, same stride order). The span from the first to the last
+    element stands in for the whole storage: the strides that arrive are torch's,
+    the storage offset starts at 0. Raises as ``tensor_payload``.
+    """
+    flat = _plain(tensor, index, carrier)
+    if not flat.numel():
+        return torch.empty(0, dtype=torch.uint8), tuple(flat.stride())
+    useful = flat.numel() * flat.element_size()
+    storage = flat.untyped_storage().nbytes()
+    if storage >= RECOPY_MIN_BYTES and storage >= RECOPY_MIN_MULTIPLE * useful:
+        flat = flat.clone()  # preserve_format: a dense tensor keeps its strides, a sparse view its stride order
+    strides = tuple(flat.stride())
+    span = 1 + sum((size - 1) * stride for size, stride in zip(flat.shape, strides))
+    return flat.as_strided((span,), (1,)).view(torch.uint8), strides
 
 
 def tensor_bytes(tensor: torch.Tensor) -> memoryview:

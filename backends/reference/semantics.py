@@ -17,7 +17,6 @@ bit.
 
 from __future__ import annotations
 
-import functools
 from typing import Sequence
 
 import torch

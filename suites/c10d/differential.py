@@ -330,7 +330,6 @@ def run_on_rank(call: Call) -> dict:
     {"tensors": [...] in the order of expected_of's entries for this rank,
      "outside": [...] the buffer elements outside every strided view}
     """
-    import torch.distributed as dist
 
     from fixtures.rank import ctx
 

@@ -319,5 +319,5 @@ def call_entry_point(name: str, fn: Callable):
 def test_entry_point(world, entry_point, fn, expected):
     """Every torch.distributed entry point runs on the backend and gives every rank the closed-form result."""
     results = world.run(call_entry_point, entry_point, fn)
-    for rank, (actual, expected) in enumerate(zip(results, expected(world.world_size))):
-        expect_same(actual, expected, f"dist.{entry_point} on rank {rank}")
+    for rank, (actual, want) in enumerate(zip(results, expected(world.world_size))):
+        expect_same(actual, want, f"dist.{entry_point} on rank {rank}")

@@ -10,8 +10,6 @@ import torch.nn.functional as F
 from fixtures.rank import ctx
 from suites.ddp import models
 
-LOSSES = ("mean", "sum")
-
 
 def device() -> torch.device:
     return torch.device(ctx.device)

@@ -14,10 +14,10 @@ reducer's GradBuckets (``reducer._get_zeros_like_grad_buckets()``: reducer
 order, each bucket's parameters and flat buffer), mapped to managed-parameter
 indices by torch's own managed-parameter walk (``managed_parameters``).
 
-``IMPL_GAPS`` is capability data at the implementation level, like a backend
-spec's gaps: a matching (impl, clause) becomes a strict xfail whose reason is
-in the report (suites/ddp/conftest.py applies it). A reducer that cannot be
-imported makes its cases skip with the import error as the reason.
+What a backend lacks under one implementation is that backend's gap with
+``impl=`` (a case's ``impl`` parameter is one of its requirements,
+backends/spec.py). A reducer that cannot be imported makes its cases skip
+with the import error as the reason.
 """
 
 from __future__ import annotations
@@ -27,13 +27,10 @@ import importlib
 import pytest
 import torch
 
-from backends.spec import Gap, gap_for as _gap_for
+from backends.spec import REQUIREMENT_KEYS
 
-IMPLS = ("torch", "reference")
+IMPLS: tuple[str, ...] = REQUIREMENT_KEYS["impl"].values or ()  # the requirement vocabulary names them
 REFERENCE_MODULE = "backends.reference.ddp"
-
-# (impl, clause = test function name) -> why the implementation does not meet it.
-IMPL_GAPS: tuple[Gap, ...] = ()
 
 # A backend-level requirement (matched against the backend spec's gaps): torch's C++
 # reducer keeps the Work of Join's per-forward all-reduce and waits on it in backward
@@ -45,11 +42,6 @@ WORK_HELD_BY_CPP = {"work": "held_by_cpp"}
 def needs_of(impl: str, divide_by_initial_world_size: bool = True) -> dict:
     """Backend requirements of a Join case beyond the suite's own."""
     return WORK_HELD_BY_CPP if impl == "torch" and not divide_by_initial_world_size else {}
-
-
-def gap_for(impl: str, clause: str) -> Gap | None:
-    """The implementation's gap for this clause (backends/spec.py:gap_for, the one lookup)."""
-    return _gap_for(IMPL_GAPS, impl=impl, clause=clause)
 
 
 def unavailable_reason(impl: str) -> str:

@@ -12,7 +12,6 @@ bucket's flat buffer (A9). Observed through the implementation adapter
 """
 
 import pytest
-import torch
 
 from suites.ddp import common, impls, models
 

@@ -146,13 +146,6 @@ def mul_by_rref(weight_rref, x):
     return weight_rref.local_value() * x
 
 
-def grad_count(context_id: int) -> int:
-    try:
-        return len(autograd().get_gradients(context_id))
-    except RuntimeError:
-        return -1
-
-
 # ------------------------------------------------------------ autograd functions with effects
 class SimulateBackwardError(torch.autograd.Function):
     @staticmethod

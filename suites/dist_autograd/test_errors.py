@@ -168,7 +168,7 @@ def test_invalid_argument_types_are_type_errors(rpc_agent):
 
 def test_forward_error_inside_a_context(rpc_agent):
     """A remote function raising in the forward pass inside a context raises on the caller with its text."""
-    for rank, outcome in enumerate(rpc_agent.run(forward_error_in_context)):
+    for outcome in rpc_agent.run(forward_error_in_context):
         assert outcome.error_type == "ValueError" and "forward marker" in outcome.error, outcome.describe()
 
 

@@ -11,7 +11,8 @@ at first use); a bad string raises torch's ValueError text, a bad device
 torch.device's RuntimeError, an unknown worker the agent's lookup error, a
 module class that builds no nn.Module torch's ValueError at first use. Local
 nn.Module methods refuse with torch's texts; a RemoteModule pickles only
-inside an RPC, and one passed to another worker runs the same module there
+inside an RPC, and one passed to another worker runs the same module there,
+as do its bound ``forward`` / ``forward_async`` and ``vars(rm)``
 (spec ../shared/specs/dist-autograd.md E; torch's remote_module_test).
 """
 
@@ -25,6 +26,7 @@ from backends.rpc_agents import worker_name
 from fixtures import rpc_lifecycle as lifecycle
 from fixtures.rank import ctx
 from suites.dist_autograd import training
+from suites.rpc import udfs
 from suites.rpc.common import callee_log, outcome_of, peer, peer_name
 
 PARSE_ERROR = ("Could not parse remote_device: {}. The valid format is '<workername>/<device>' or "
@@ -84,7 +86,7 @@ def train_through_remote_parameters(optimizer: str, use_async: bool = False):
     dist_optim = s.optim.DistributedOptimizer(cls, rm.remote_parameters(), **kwargs)
     local = training.Seeded(ctx.rank)
     local_optim = cls(local.parameters(), **kwargs)
-    for x, y in training.batches(ctx.rank, STEPS):
+    for x, _target in training.batches(ctx.rank, STEPS):  # the loss pulls towards ones, not the target
         with s.autograd.context() as context_id:
             out = rm.forward_async(x).wait() if use_async else rm.forward(x)
             loss = ((out - torch.ones(5, 3)) ** 2).mean()
@@ -160,6 +162,20 @@ def extra_attribute_not_sent():
     with callee_log() as log:
         _, keys = lifecycle.rpc().rpc_sync(peer_name(), training.forward_remote_module, (rm, torch.ones(1, 4)))
     return keys, "".join(log)
+
+
+def bound_methods_sent():
+    rpc = lifecycle.rpc()
+    rm = training.nn_module().RemoteModule(f"{peer_name()}/cpu", training.Seeded, args=(ctx.rank,))
+    rm.get_module_rref().to_here()  # the module exists before its owner calls it (agent gap rref_to_owner_before_created)
+    x = x_for(ctx.rank)
+    sent = {"forward": outcome_of(rpc.rpc_sync, peer_name(), udfs.call_with, (rm.forward, x)),
+            "forward_async": outcome_of(rpc.rpc_sync, peer_name(), udfs.call_and_wait, (rm.forward_async, x)),
+            "vars": outcome_of(rpc.rpc_sync, peer_name(), udfs.sorted_keys, (vars(rm),))}
+    for name in ("forward", "forward_async"):
+        if not sent[name].raised:
+            sent[name].value = sent[name].value.detach()  # the harness pickles results: no autograd history
+    return sent, rm.forward(x).detach(), sorted(vars(rm))
 
 
 def shared_by_module_rref():
@@ -301,6 +317,18 @@ def test_new_attribute_is_not_sent(rpc_agent):
         assert "new_attr" not in keys, f"rank {rank}: the receiver got {keys}"
         assert "The new attribute ``new_attr`` of RemoteModule is ignored during RPC pickling." in log, \
             f"rank {rank}: the sender's stderr: {log[-500:]!r}"
+
+
+def test_bound_forward_travels_over_rpc(rpc_agent):
+    """rm.forward, rm.forward_async and vars(rm) pickle over RPC; the receiver's forward runs the same remote module."""
+    for rank, (sent, here, keys) in enumerate(rpc_agent.run(bound_methods_sent)):
+        for name in ("forward", "forward_async"):
+            got = sent[name]
+            assert not got.raised, f"rank {rank}: sending rm.{name} over RPC {got.describe()}"
+            torch.testing.assert_close(got.value, here,
+                                       msg=lambda m: f"rank {rank}: rm.{name} called by the receiver: {m}")
+        assert not sent["vars"].raised and sent["vars"].value == keys, \
+            f"rank {rank}: sending vars(rm) {sent['vars'].describe()}; its keys are {keys}"
 
 
 def test_init_from_module_rref_shares_the_module(rpc_agent):

@@ -28,14 +28,6 @@ def mesh(shape: tuple[int, ...]):
     return ctx.scratch[key]
 
 
-def mesh_shapes(world_size: int) -> list[tuple[int, ...]]:
-    """1-D over the world always; 2-D (2 x n/2) where the world splits evenly in two."""
-    shapes: list[tuple[int, ...]] = [(world_size,)]
-    if world_size >= 4 and world_size % 2 == 0:
-        shapes.append((2, world_size // 2))
-    return shapes
-
-
 def rank_tensor(rank: int, shape: tuple[int, ...], salt: int = 0) -> torch.Tensor:
     """A float32 tensor naming its rank and element (rank*1000 + k + salt/4): sums stay exact."""
     numel = 1

@@ -100,14 +100,6 @@ def train_ddp(steps: int, seed: int = SEED):
     return {name: p.detach().cpu() for name, p in model.module.named_parameters()}
 
 
-def all_equal_bits(params: dict) -> bool:
-    """True when every rank holds bit-identical full parameters (checked with an all_gather)."""
-    flat = torch.cat([p.reshape(-1).view(torch.int32) for _, p in sorted(params.items())])
-    gathered = [torch.empty_like(flat) for _ in range(ctx.world_size)]
-    dist.all_gather(gathered, flat)
-    return all(torch.equal(g, flat) for g in gathered)
-
-
 # ---------------------------------------------------------- pytest side
 def baseline(world_size: int, steps: int, mixed: str = ""):
     """One process, the concatenated batch, plain SGD: (mean of ranks' losses per step, parameters).

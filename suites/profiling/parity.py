@@ -39,13 +39,6 @@ def rows(counts: Counter) -> list[dict]:
             for (name, node, shapes), n in sorted(counts.items())]
 
 
-def union_max(samples: list[Counter]) -> Counter:
-    out: Counter = Counter()
-    for sample in samples:
-        out |= sample
-    return out
-
-
 def stable_baseline(sample) -> tuple[Counter, int]:
     """Sample until QUIET_SAMPLES in a row add nothing to the per-event maximum; (baseline, samples)."""
     best: Counter = Counter()

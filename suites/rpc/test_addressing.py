@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from backends.rpc_agents import worker_name
-from fixtures.rank import ctx
 from fixtures import rpc_lifecycle as lifecycle
 from suites.rpc import udfs
 from suites.rpc.common import outcome_of, peer

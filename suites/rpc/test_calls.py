@@ -15,7 +15,7 @@ from backends.rpc_agents import worker_name
 from fixtures.rank import ctx
 from fixtures import rpc_lifecycle as lifecycle
 from suites.rpc import udfs
-from suites.rpc.common import peer, peer_name
+from suites.rpc.common import peer_name
 
 CALL_MODES = ("rpc_sync", "rpc_async", "remote")
 IN_FLIGHT = 16  # calls each worker has outstanding to each worker in the concurrency clause

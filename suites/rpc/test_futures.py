@@ -8,7 +8,6 @@ when several fail, the error of the first one to fail, without waiting for
 slower ones ("first error wins").
 """
 
-import time
 
 import pytest
 import torch

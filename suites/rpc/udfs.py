@@ -65,11 +65,6 @@ def script_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a + b
 
 
-@torch.jit.script
-def script_fill(n: int, value: float) -> torch.Tensor:
-    return torch.full([n], value)
-
-
 # ------------------------------------------------------------ @async_execution
 def _plus(step):
     return lambda fut: fut.wait() + step
@@ -162,3 +157,38 @@ def rref_fetch(rref):
 
 def make_tensor(n, value):
     return torch.full((n,), float(value))
+
+
+# ------------------------------------------------------------ what arrives (suites/rpc/test_fidelity.py)
+def make_linear(seed: int) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    return torch.nn.Linear(3, 2)
+
+
+def parameter_facts(value) -> tuple[str, bool, bool]:
+    """(class name, requires_grad, is_leaf) of what the callee received."""
+    return type(value).__name__, value.requires_grad, value.is_leaf
+
+
+def strides_of(tensors: list) -> list[tuple[int, ...]]:
+    return [tuple(t.stride()) for t in tensors]
+
+
+def layouts(n: int) -> list:
+    """Tensors whose memory is not in row-major order (``n`` varies the values); see test_fidelity.LAYOUTS."""
+    from suites.rpc.test_fidelity import layout_samples
+    return layout_samples(n)
+
+
+def call_with(fn, *args):
+    """``fn(*args)`` on the callee: ``fn`` arrived over RPC (a bound method, say)."""
+    return fn(*args)
+
+
+def call_and_wait(fn, *args):
+    """``fn(*args).wait()`` on the callee: ``fn`` arrived over RPC and returns a future."""
+    return fn(*args).wait()
+
+
+def sorted_keys(mapping: dict) -> list[str]:
+    return sorted(mapping)

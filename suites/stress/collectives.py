@@ -433,8 +433,10 @@ def main(argv=None) -> int:
     with open(path, "w") as fh:
         json.dump(report, fh, indent=1)
     from reports.benchmarks import write_collectives_outputs  # CSV and plots beside the JSON
+    from reports.html_report import refresh_report  # the folder's report.html, when it holds a conformance run
 
-    say(f"# also written: {', '.join(os.path.basename(p) for p in write_collectives_outputs(report, args.report_dir))}")
+    written = write_collectives_outputs(report, args.report_dir) + refresh_report(args.report_dir)
+    say(f"# also written: {', '.join(os.path.basename(p) for p in written)}")
     say(f"# {len(bench.records)} rows, {wrong_total} wrong elements, {len(bench.errors)} errors, "
         f"{len(bench.unavailable)} unavailable; {time.monotonic() - started:.1f} s; report: {path}")
     return status

@@ -746,8 +746,10 @@ def main(argv=None) -> int:
     with open(path, "w") as fh:
         json.dump(report, fh, indent=1)
     from reports.benchmarks import write_rpc_outputs  # CSV and plots beside the JSON
+    from reports.html_report import refresh_report  # the folder's report.html, when it holds a conformance run
 
-    say(f"# also written: {', '.join(os.path.basename(p) for p in write_rpc_outputs(report, args.report_dir))}")
+    written = write_rpc_outputs(report, args.report_dir) + refresh_report(args.report_dir)
+    say(f"# also written: {', '.join(os.path.basename(p) for p in written)}")
     if args.write_baseline:
         write_baseline(args.write_baseline, args, records, host)
     say(f"# {len(records)} records, {len(bench.errors)} errors, {wrong_total} wrong answers, "

@@ -1,4 +1,4 @@
-"""Injected failures on a launched world (run by tests/test_launch.py under two torchruns).
+"""Injected failures on a launched world (run by tests/test_launch_*.py under two torchruns).
 
 Each failing test is followed by a normal one: a launched world cannot be
 replaced, so the follower must skip with the one reason the world broke.
@@ -20,6 +20,10 @@ def test_placement(world):
     assert [p["device"] for p in places] == ["cpu"] * world.world_size
     if os.environ.get("EXPECT_STORE_HOST"):  # the address every rank dialled for the world's store
         assert {p["store_host"] for p in places} == {os.environ["EXPECT_STORE_HOST"]}
+    # every rank runs at the level the case's id and the report say
+    assert [(p["debug_level"], p["debug_env"]) for p in places] == [(world.debug_level,) * 2] * world.world_size
+    if os.environ.get("EXPECT_DEBUG_LEVEL"):
+        assert world.debug_level == os.environ["EXPECT_DEBUG_LEVEL"]
 
 
 @pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "hang", reason="selected by LAUNCH_CASE=hang")

@@ -181,7 +181,8 @@ def finish_pytest(handle, timeout: float = 240.0) -> PytestRun:
     except subprocess.TimeoutExpired:
         proc.kill()
         run.stdout, run.stderr = proc.communicate()
-        raise AssertionError(f"pytest run did not finish within {timeout} s: {run.args}\n{run.stdout}\n{run.stderr}")
+        raise AssertionError(
+            f"pytest run did not finish within {timeout} s: {run.args}\n{run.stdout}\n{run.stderr}") from None
     finally:
         stop.set()
         if watcher:

@@ -128,7 +128,7 @@ def basics(agent: str) -> dict:
         out["proxy_async"] = rref.rpc_async().add(1).wait()
         out["proxy_remote"] = rref.remote().add(1).to_here()
         out["confirmed"] = rref.confirmed_by_owner()
-        tensor_rref = rpc.remote(to, torch.ones, args=(3,))
+        tensor_rref = rpc.remote(to, torch.ones, args=((3,),))
         out["rref_as_arg"] = rpc.rpc_sync((ctx.rank + 2) % ctx.world_size, rref_sum, args=(tensor_rref,))
         local = rpc.RRef(torch.full((2,), 7.0))
         out["local_rref"] = (local.is_owner(), rpc.rpc_sync(to, rref_sum, args=(local,)))
@@ -282,7 +282,7 @@ def rref_lifetimes() -> dict:
     with running(prefix="life"):
         to, third = peer(), (ctx.rank + 2) % ctx.world_size
         kept = rpc.remote(to, torch.full, args=((2,), float(ctx.rank)))
-        dropped = [rpc.remote(to, torch.ones, args=(3,)) for _ in range(5)]
+        dropped = [rpc.remote(to, torch.ones, args=((3,),)) for _ in range(5)]
         sums = [rpc.rpc_sync(third, rref_sum, args=(r,)) for r in dropped]  # a fork on a third worker
         local = rpc.RRef(torch.ones(4))
         sums.append(rpc.rpc_sync(to, rref_sum, args=(local,)))

@@ -17,7 +17,7 @@ CONTRACT = "a profiled Python function that raises brings its error and the call
 def _drop_events(original):
     def respond_error(self, *args, **kwargs):
         bound = bind(original, self, args, kwargs)
-        bound.arguments["events"] = None  # BUG: the error travels, the events do not
+        bound.arguments["fields"] = None  # BUG: the error travels, the events (the profiling reply field) do not
         return original(*bound.args, **bound.kwargs)
     return respond_error
 

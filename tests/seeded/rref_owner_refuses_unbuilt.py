@@ -7,7 +7,7 @@ other RRef clause passes. Caught by the clause where remote() takes 0.3 s and
 the caller sends the RRef straight back to its owner.
 """
 
-from backends.reference.rpc.agent import OwnerTable
+from backends.reference.rpc.owners import OwnerTable
 from tests.seeded.rpc_base import EXTRA_ARGS, RpcBugHost, plant_in  # noqa: F401  (EXTRA_ARGS: the gallery reads it)
 
 CONTRACT = "An RRef sent to its owner while remote() still builds the value works there, even in a call to self"

@@ -9,7 +9,11 @@
 
 Two agents share the core (agent.py): ``reference-tp`` (direct sockets,
 tp_transport.py) and ``reference-pg`` (frames over the c10d process group,
-pg_transport.py). backends/rpc_agents.py lists them as data.
+pg_transport.py); transports.py names the transports, and another agent
+may bring its own (``ReferenceRpcBackendOptions(transport=...)``).
+backends/rpc_agents.py lists the agents as data. What travels around a call
+(autograd's context, profiling's events) is an envelope layer around the
+core (envelope.py, layers.py); RRef bookkeeping is owners.py's.
 
 ``autograd/`` is torch.distributed.autograd for both (FAST mode: contexts,
 send/recv functions recorded by every RPC made inside a context, the

@@ -13,8 +13,14 @@ new reader if the work blocks) and a pool slot is free, else on one of the
 run at once. Exceptions travel back as (type, torch's text) and are logged
 here; an ``@async_execution`` function's Future is chained, holding no slot.
 
-RRef bookkeeping (rref.py explains the rule) is ``OwnerTable``; its
-messages are handled in delivery order, before any later frame of the peer.
+RRef bookkeeping (rref.py explains the rule) is the owner table
+(owners.py); its messages are handled in delivery order, before any later
+frame of the peer.
+
+What travels around a call (distributed autograd's context, profiling's
+request and events) is the business of envelope layers (envelope.py,
+layers.py): the agent asks each to wrap and unwrap requests and responses
+and names none of them.
 
 Graceful shutdown is a termination detection over the store: every worker,
 once locally idle, publishes its counts of messages sent and received; two
@@ -23,6 +29,7 @@ consecutive rounds with equal, balanced totals mean nothing is in flight.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
@@ -31,14 +38,20 @@ import queue
 import sys
 import threading
 import time
-import traceback
+from collections.abc import Sequence
 from datetime import timedelta
+from functools import partial
 
 import torch
 from torch._C._distributed_rpc import WorkerInfo
 
-from . import profiling, serialize
-from .autograd import service as autograd
+from . import builtin_ops, layers, serialize
+from .envelope import Envelope, OutgoingRequest
+from .failures import Failure as _Failure
+from .failures import UdfRaised as _UdfRaised
+from .failures import failure_of as _failure_of
+from .failures import raise_remote, remote_exception
+from .owners import OwnerTable
 from .rref import RRef
 from .transport import Frame, Kind
 
@@ -47,17 +60,15 @@ log = logging.getLogger(__name__)
 K_SCRIPT_CALL, K_PYTHON_CALL = int(Kind.SCRIPT_CALL), int(Kind.PYTHON_CALL)
 K_SCRIPT_REMOTE, K_PYTHON_REMOTE = int(Kind.SCRIPT_REMOTE_CALL), int(Kind.PYTHON_REMOTE_CALL)
 K_FETCH = int(Kind.PYTHON_RREF_FETCH_CALL)
-K_USER_DELETE, K_FORK_REQUEST = int(Kind.RREF_USER_DELETE), int(Kind.RREF_FORK_REQUEST)
 K_PYTHON_RET, K_REMOTE_RET, K_FETCH_RET = int(Kind.PYTHON_RET), int(Kind.REMOTE_RET), int(Kind.PYTHON_RREF_FETCH_RET)
 K_EXCEPTION = int(Kind.EXCEPTION)
 CALLS = frozenset((K_SCRIPT_CALL, K_PYTHON_CALL))
 REMOTES = frozenset((K_SCRIPT_REMOTE, K_PYTHON_REMOTE))
-# distributed autograd (autograd/service.py): an RPC wrapped with its context, and the autograd requests
-K_FORWARD_REQ, K_FORWARD_RESP = autograd.K_FORWARD_REQ, autograd.K_FORWARD_RESP
-REQUESTS = CALLS | REMOTES | {K_FETCH, K_FORWARD_REQ} | autograd.SERVED
+# the agent's own; each envelope layer adds the kinds it frames and serves (see Agent.__init__)
+REQUESTS = CALLS | REMOTES | {K_FETCH}
 RESPONSES = frozenset(int(k) for k in (Kind.SCRIPT_RET, Kind.PYTHON_RET, Kind.REMOTE_RET, Kind.SCRIPT_RREF_FETCH_RET,
-                                       Kind.PYTHON_RREF_FETCH_RET, Kind.RREF_ACK, Kind.EXCEPTION,
-                                       Kind.FORWARD_AUTOGRAD_RESP))
+                                       Kind.PYTHON_RREF_FETCH_RET, Kind.RREF_ACK, Kind.EXCEPTION))
+NAMES = {int(k): k.name for k in Kind}
 
 WATCHDOG_TICK_S = 0.02
 ID_BITS = 40  # message ids below 2**40 share a deadline heap entry with their deadline
@@ -79,46 +90,15 @@ def _timeout_ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
-def remote_exception(info, exc: BaseException) -> tuple[type, str]:
-    """(type, text) as torch's internal._run_function formats a UDF's exception (and logs it)."""
-    text = f"On {info}:\n{repr(exc)}\n{traceback.format_exc()}"
-    print(text, file=sys.stderr)
-    return type(exc), text
-
-
-def raise_remote(exc_type: type, text: str) -> BaseException:
-    """The caller's exception: the original type with torch's text ("ValueError: On WorkerInfo...")."""
-    message = f"{getattr(exc_type, '__name__', 'Exception')}: {text}"
-    try:
-        return exc_type(message)
-    except BaseException as exc:  # torch's internal._handle_exception fallback
-        return RuntimeError(f"Failed to create original exception type. Error msg was {exc} "
-                            f"Original exception on remote side was {message}")
-
-
-def _builtin_table() -> dict:
-    table = {}
-    for fn, name in torch.jit._builtins._builtin_ops:
-        table.setdefault(name, fn)
-    return table
-
-
-_BUILTINS: dict | None = None
 
 
 def resolve_target(target):
     """The callable a request names: a pickled Python function, a torch builtin or a TorchScript function."""
-    global _BUILTINS
     if type(target) is not tuple:
         return target
     what, name = target
     if what == "builtin":
-        if _BUILTINS is None:
-            _BUILTINS = _builtin_table()
-        fn = _BUILTINS.get(name)
-        if fn is None:
-            raise RuntimeError(f"Unknown builtin operator {name} on the callee")
-        return fn
+        return builtin_ops.resolve(name)  # the operator, not math.cos that shares its name
     fn = torch.jit._state._python_cu.find_function(name)
     if fn is None:
         raise RuntimeError(f"Unknown TorchScript function {name}: define it (@torch.jit.script) on the callee too")
@@ -167,142 +147,17 @@ class SyncWaiter:
 
 
 class Pending:
-    __slots__ = ("future", "call", "dst", "timeout", "rref")
+    """A call waiting for its response; ``state``: the envelope layers' caller-side state (None: none kept)."""
 
-    def __init__(self, future, call, dst, timeout, rref=None):
-        self.future, self.call, self.dst, self.timeout, self.rref = future, call, dst, timeout, rref
+    __slots__ = ("future", "state", "dst", "timeout", "rref")
 
-
-class OwnerEntry:
-    __slots__ = ("value", "users", "tombstones", "created")
-
-    def __init__(self):
-        self.value = torch.futures.Future()
-        self.users: set = set()
-        self.tombstones: set = set()
-        self.created = False
-
-
-class OwnerTable:
-    """This worker's owned values and the fork bookkeeping of every RRef (see rref.py)."""
-
-    def __init__(self, agent):
-        self.agent = agent
-        self.lock = threading.Lock()
-        self.owned: dict[tuple, OwnerEntry] = {}
-        self.released: queue.SimpleQueue = queue.SimpleQueue()  # (owner, rref_id, fork_id) from __del__
-        self._ids = itertools.count(1)
-
-    def new_id(self) -> tuple:
-        return (self.agent.rank, next(self._ids))
-
-    def _entry(self, rref_id) -> OwnerEntry:
-        entry = self.owned.get(rref_id)
-        if entry is None:
-            entry = self.owned[rref_id] = OwnerEntry()
-        return entry
-
-    # ------------------------------------------------ owner-side changes
-    def _maybe_free(self, rref_id, entry: OwnerEntry) -> None:
-        """Drop a value no fork refers to any more (under the lock)."""
-        if entry.created and not entry.users and not entry.tombstones and self.owned.get(rref_id) is entry:
-            del self.owned[rref_id]
-
-    def add_fork(self, rref_id, fork_id) -> OwnerEntry:
-        with self.lock:
-            entry = self._entry(rref_id)
-            if fork_id in entry.tombstones:  # its delete came first: the two cancel out
-                entry.tombstones.discard(fork_id)
-                self._maybe_free(rref_id, entry)
-            else:
-                entry.users.add(fork_id)
-            return entry
-
-    def delete_fork(self, rref_id, fork_id) -> None:
-        with self.lock:
-            entry = self._entry(rref_id)
-            if fork_id in entry.users:
-                entry.users.discard(fork_id)
-                self._maybe_free(rref_id, entry)
-            else:
-                entry.tombstones.add(fork_id)
-
-    def created(self, rref_id) -> OwnerEntry:
-        """The value's creation ran (remote() or RRef(value)); the caller sets it on the returned entry."""
-        with self.lock:
-            entry = self._entry(rref_id)
-            entry.created = True
-            self._maybe_free(rref_id, entry)  # every fork may be gone already
-            return entry
-
-    def owned_count(self) -> int:
-        with self.lock:
-            return len(self.owned)
-
-    # ------------------------------------------------ RRef objects
-    def adopt_local(self, rref: RRef, value) -> None:
-        """``RRef(value)``: an owner RRef to a local value."""
-        rref_id = self.new_id()
-        fork_id = self.new_id()
-        rref._agent, rref.rref_id, rref.fork_id = self.agent, rref_id, fork_id
-        rref._owner, rref._is_owner, rref._creation, rref._confirmed, rref._error = \
-            self.agent.rank, True, None, True, None
-        entry = self.add_fork(rref_id, fork_id)
-        self.created(rref_id)
-        entry.value.set_result(value)
-
-    def fork(self, rref: RRef) -> tuple:
-        """A new fork of ``rref`` for a message being pickled; registered before the message goes."""
-        agent = self.agent
-        if agent is not rref._agent or agent.stopped:
-            raise RuntimeError(f"{rref} belongs to an RPC agent that was shut down")
-        child = self.new_id()
-        if rref._is_owner:
-            self.add_fork(rref.rref_id, child)
-        else:
-            agent.send_control(rref._owner, K_FORK_REQUEST, (rref.rref_id, child))
-        return (rref.rref_id, child, rref._owner, rref.confirmed_by_owner())
-
-    def new_user(self, owner: int) -> RRef:
-        """The caller's RRef to the value a remote() is about to create on ``owner`` (unconfirmed)."""
-        return RRef._make(self.agent, self.new_id(), self.new_id(), owner, confirmed=False)
-
-    def from_fork(self, rref_id, fork_id, owner, confirmed) -> RRef:
-        return RRef._make(self.agent, rref_id, fork_id, owner, confirmed or owner == self.agent.rank)
-
-    def release(self, rref: RRef) -> None:
-        """An RRef object is gone (called from __del__: only queue, never send here)."""
-        if self.agent.stopped:
-            return
-        self.released.put((rref._owner, rref.rref_id, rref.fork_id))
-
-    def flush_released(self) -> None:
-        while True:
-            try:
-                owner, rref_id, fork_id = self.released.get_nowait()
-            except queue.Empty:
-                return
-            if owner == self.agent.rank:
-                self.delete_fork(rref_id, fork_id)
-            else:
-                try:
-                    self.agent.send_control(owner, K_USER_DELETE, (rref_id, fork_id))
-                except Exception as exc:  # the owner is gone: nothing left to free there
-                    log.debug("RRef delete to rank %s not sent: %s", owner, exc)
-
-    def local_value(self, rref_id):
-        with self.lock:
-            entry = self.owned.get(rref_id)
-        if entry is None:
-            raise RuntimeError(f"RRef {rref_id} has no value on its owner {self.agent.info}")
-        try:
-            return entry.value.wait()
-        except _Failure as exc:  # remote() failed: the owner raises the creation's error, as torch's OwnerRRef
-            raise raise_remote(*exc.failure) from None
+    def __init__(self, future, state, dst, timeout, rref=None):
+        self.future, self.state, self.dst, self.timeout, self.rref = future, state, dst, timeout, rref
 
 
 class Agent:
-    def __init__(self, name: str, rank: int, world_size: int, options, store, transport):
+    def __init__(self, name: str, rank: int, world_size: int, options, store, transport,
+                 envelopes: Sequence[Envelope] | None = None):
         self.info = WorkerInfo(name, rank)
         self.name, self.rank, self.world_size = name, rank, world_size
         self.options = options
@@ -330,9 +185,16 @@ class Agent:
         for slot in range(options.num_worker_threads):
             self._slots.put(slot)
         self._inline = bool(getattr(transport, "runs_inline", False))
-        # (caller rank, msg id) -> autograd context id of a request that came inside a context:
-        # its function runs in that context and its response is recorded in it
-        self._autograd_requests: dict[tuple, int] = {}
+        # the envelope layers, in wrapping order, and the kinds each frames or serves
+        self._layers: tuple[Envelope, ...] = tuple(layers.standard() if envelopes is None else envelopes)
+        self._request_frames = {kind: layer for layer in self._layers for kind in layer.request_kinds}
+        self._response_frames = {kind: layer for layer in self._layers for kind in layer.response_kinds}
+        self._served = {kind: layer for layer in self._layers for kind in layer.served_kinds}
+        self._requests = REQUESTS | frozenset(self._request_frames) | frozenset(self._served)
+        self._responses = RESPONSES | frozenset(self._response_frames)
+        # (caller rank, msg id) -> (layer, its state) of a request a layer unwrapped: the
+        # request is handled in the layer's scope and its response wrapped by the layer
+        self._wrapped: dict[tuple, tuple] = {}
         self._threads: list[threading.Thread] = []
 
     # ================================================================ life
@@ -380,8 +242,7 @@ class Agent:
                 entry = self._pending.pop(msg_id, None)
                 if entry is not None:
                     self._fail(entry, error)
-            with self.rrefs.lock:
-                self.rrefs.owned.clear()
+            self.rrefs.clear()
 
     @staticmethod
     def _count(counter) -> int:
@@ -452,22 +313,25 @@ class Agent:
             raise RuntimeError("RPC has not been initialized. Call torch.distributed.rpc.init_rpc first.")
         if timeout < 0:  # UNSET
             timeout = self.default_timeout
-        extra = None
-        if call is not None:
-            extra = profiling.request_fields(call)
         remote_ids = (rref.rref_id, rref.fork_id) if rref is not None else None
-        payload = (key, target, args, kwargs, async_exec, extra, remote_ids)
-        if autograd.current_context_id() == -1:
-            header, tensors = serialize.dumps(payload)
-        else:  # inside a distributed autograd context: maybe FORWARD_AUTOGRAD_REQ with a send function
-            kind, header, tensors = autograd.wrap_request(self, dst, kind, key, payload)
+        request = OutgoingRequest(dst, kind, key, (key, target, args, kwargs, async_exec, remote_ids), call)
+        kind, header, tensors = self._wrap_request(request)
         future = SyncWaiter() if sync else torch.futures.Future()
         msg_id = next(self._ids)
-        self._pending[msg_id] = Pending(future, call, dst, timeout, rref)
+        self._pending[msg_id] = Pending(future, request.state, dst, timeout, rref)
         if timeout > 0:
             self._arm(time.monotonic() + timeout, msg_id)
         self._send(dst, Frame(kind, msg_id, header, tensors), msg_id)
         return future
+
+    def _wrap_request(self, request: OutgoingRequest) -> tuple:
+        """(kind, header, tensors) of a request, once every layer wrapped it."""
+        for layer in self._layers:
+            layer.wrap_request(self, request)
+        if request.framed is not None:
+            return request.framed
+        header, tensors = serialize.dumps(request.payload())
+        return (request.kind, header, tensors)
 
     def _arm(self, deadline: float, msg_id: int) -> None:
         deadlines = self._deadlines
@@ -485,41 +349,48 @@ class Agent:
         """
         if self.stopped:
             raise RuntimeError("RPC has not been initialized. Call torch.distributed.rpc.init_rpc first.")
-        if rref._error is not None:
-            raise rref._error
+        error = rref._creation_error()
+        if error is not None:
+            raise error
         if timeout < 0:
             timeout = self.default_timeout
-        kind = K_FETCH
-        if autograd.current_context_id() == -1:
-            header, tensors = serialize.dumps(rref.rref_id)
-        else:  # a fetch always carries the context (torch's forceGradRecording)
-            kind, header, tensors = autograd.wrap_request(self, rref._owner, K_FETCH, None, rref.rref_id)
+        owner = rref._owner_rank()
+        request = OutgoingRequest(owner, K_FETCH, None, rref.rref_id, carries_fields=False)
+        kind, header, tensors = self._wrap_request(request)
         future = torch.futures.Future()
         msg_id = next(self._ids)
-        self._pending[msg_id] = Pending(future, None, rref._owner, timeout)
+        self._pending[msg_id] = Pending(future, request.state, owner, timeout)
         if timeout > 0:
             self._arm(time.monotonic() + timeout, msg_id)
         frame = Frame(kind, msg_id, header, tensors)
-        creation = rref._creation
-        if creation is None or creation.done():
-            self._send(rref._owner, frame, msg_id)
+        creation = rref._creation_pending()
+        if creation is None:
+            self._send(owner, frame, msg_id)
             return future
 
         def created(_):
-            if rref._error is not None:
+            error = rref._creation_error()
+            if error is not None:
                 entry = self._pending.pop(msg_id, None)
                 if entry is not None:
-                    entry.future.set_exception(rref._error)
+                    entry.future.set_exception(error)
                 return
             if msg_id in self._pending:
-                with profiling.unrecorded():  # may run inside the caller's profiled callbacks
-                    self._send(rref._owner, frame, msg_id)
+                with self._detached():  # may run inside the caller's callbacks (a profiled one, say)
+                    self._send(owner, frame, msg_id)
 
         creation.add_done_callback(created)
         return future
 
+    def _detached(self):
+        """Every layer's scope for work done later, from a callback, on behalf of an earlier call."""
+        stack = contextlib.ExitStack()
+        for layer in self._layers:
+            stack.enter_context(layer.detached())
+        return stack
+
     def request(self, dst: int, kind: int, header: bytes, tensors: list, timeout: float = -1.0):
-        """A request whose header is already encoded (the autograd requests); a Future of its response value."""
+        """A request whose header is already encoded (a layer's own requests); a Future of its response value."""
         if self.stopped:
             raise RuntimeError("RPC has not been initialized. Call torch.distributed.rpc.init_rpc first.")
         if timeout < 0:
@@ -542,7 +413,7 @@ class Agent:
         if dst == self.rank:  # self: skip the transport, still through the pool, tensors copied
             next(self._received)
             local = Frame(frame.kind, frame.msg_id, frame.header, serialize.self_copy(frame.tensors))
-            if local.kind in REQUESTS:
+            if local.kind in self._requests:
                 self._accept_request(dst, local, inline=False)
             else:
                 self._control(dst, local)
@@ -558,11 +429,18 @@ class Agent:
                 raise
 
     def _fail(self, entry: Pending, error: BaseException) -> None:
-        if entry.call is not None:
-            profiling.absorb_response(entry.call, None)
-        if entry.rref is not None and entry.rref._error is None:
-            entry.rref._error = error
+        if entry.state is not None:
+            self._unwrap_response(entry.state, None)
+        if entry.rref is not None:
+            entry.rref._creation_failed(error)
         entry.future.set_exception(error)
+
+    def _unwrap_response(self, state: dict, fields) -> None:
+        """The call ended: each layer that kept state sees its reply fields (None: none came)."""
+        for layer in self._layers:
+            if layer.name in state:
+                mine = fields.get(layer.name) if isinstance(fields, dict) else None
+                layer.unwrap_response(self, state[layer.name], mine)
 
     def _peer_lost(self, peer: int, reason: str) -> None:
         name = self.workers[peer] if peer < len(self.workers) else peer
@@ -597,27 +475,23 @@ class Agent:
     def _deliver(self, src: int, frame: Frame) -> None:
         """Every frame from a peer, in its order (transport thread)."""
         kind = frame.kind
-        if kind in RESPONSES:
+        if kind in self._responses:
             self._response(frame)
             return
         next(self._received)
-        if kind in REQUESTS:
+        if kind in self._requests:
             self._accept_request(src, frame, self._inline)
         else:
             self._control(src, frame)
 
     def _control(self, src: int, frame: Frame) -> None:
         kind = frame.kind
-        if kind in RESPONSES:  # a self-call's response
+        if kind in self._responses:  # a self-call's response
             self._response(frame)
             return
         try:
             rref_id, fork_id = serialize.loads(frame.header, frame.tensors)
-            if kind == K_FORK_REQUEST:
-                self.rrefs.add_fork(tuple(rref_id), tuple(fork_id))
-            elif kind == K_USER_DELETE:
-                self.rrefs.delete_fork(tuple(rref_id), tuple(fork_id))
-            else:
+            if not self.rrefs.handle(kind, tuple(rref_id), tuple(fork_id)):
                 log.warning("%s: unexpected message kind %s from rank %s ignored", self.info, kind, src)
         except Exception:
             log.exception("%s: bad RRef message from rank %s", self.info, src)
@@ -625,20 +499,21 @@ class Agent:
             next(self._finished)
 
     def _accept_request(self, src: int, frame: Frame, inline: bool) -> None:
-        if frame.kind == K_FORWARD_REQ:
-            # unwrapped in delivery order: the recv function exists before anything runs
+        layer = self._request_frames.get(frame.kind)
+        if layer is not None:
+            # unwrapped in delivery order (autograd: the recv function exists before anything runs)
             try:
-                frame, context_id = autograd.unwrap_request(self, src, frame)
+                frame, state = layer.unwrap_request(self, src, frame)
             except Exception as exc:
                 self._refuse(src, frame, exc)
                 return
-            self._autograd_requests[(src, frame.msg_id)] = context_id
+            self._wrapped[(src, frame.msg_id)] = (layer, state)
         if frame.kind in REMOTES:
             # decoded here, in delivery order: the caller's fork must be registered
             # before any later delete from that caller (rref.py)
             job = (src, frame, self._decode(frame))
-            if not isinstance(job[2], BaseException) and job[2][6] is not None:
-                rref_id, fork_id = job[2][6]
+            if not isinstance(job[2], BaseException) and job[2][5] is not None:
+                rref_id, fork_id = job[2][5]
                 self.rrefs.add_fork(tuple(rref_id), tuple(fork_id))
         else:
             job = (src, frame, None)
@@ -681,7 +556,7 @@ class Agent:
 
     def _refuse(self, src: int, frame: Frame, exc: BaseException) -> None:
         """A malformed request: answer it with the reason (naming the sender), log it, keep serving."""
-        what = autograd.NAMES.get(frame.kind, f"kind {frame.kind}")
+        what = NAMES.get(frame.kind, f"kind {frame.kind}")
         text = f"{self.info} refused a malformed {what} from {self._name_of(src)}: {exc}"
         log.warning("%s", text)
         try:
@@ -694,28 +569,30 @@ class Agent:
 
     # ============================================================ callee
     def _handle(self, src: int, frame: Frame, decoded) -> None:
-        if frame.kind in autograd.SERVED:
-            self._serve_autograd(src, frame)
+        layer = self._served.get(frame.kind)
+        if layer is not None:
+            self._serve(layer, src, frame)
             return
-        context_id = self._autograd_requests.get((src, frame.msg_id)) if self._autograd_requests else None
-        if context_id is None:
+        wrapped = self._wrapped.get((src, frame.msg_id)) if self._wrapped else None
+        if wrapped is None:
             self._handle_call(src, frame, decoded)
             return
-        with autograd.forced_context(context_id):  # nested RPCs of this request carry its context
+        layer, state = wrapped
+        with layer.scope(state):  # autograd: nested RPCs of this request carry its context
             self._handle_call(src, frame, decoded)
 
-    def _serve_autograd(self, src: int, frame: Frame) -> None:
-        """A propagate-gradients, clean-up or RRef-backward request: answered when its work is done."""
+    def _serve(self, layer: Envelope, src: int, frame: Frame) -> None:
+        """A layer's own request (autograd's propagate-gradients, say): answered when its work is done."""
         msg_id = frame.msg_id
         try:
-            fut = autograd.serve(self, src, frame)
+            fut = layer.serve(self, src, frame)
         except Exception as exc:
             self._refuse(src, frame, exc)
             return
 
         def answer(done):
             try:
-                self._respond(src, msg_id, K_PYTHON_RET, autograd.outcome_text(done), None)
+                self._respond(src, msg_id, K_PYTHON_RET, done.value(), None)
             finally:
                 next(self._finished)
 
@@ -737,8 +614,8 @@ class Agent:
                     failure = remote_exception(self.info, exc)
                 self._respond_error(src, msg_id, failure)
                 return
-            key, target, args, kwargs, async_exec, prof, remote_ids = decoded
-            if prof is None and not async_exec and remote_ids is None:
+            key, target, args, kwargs, async_exec, remote_ids, fields = decoded
+            if fields is None and not async_exec and remote_ids is None:
                 # the hot path: run, answer
                 try:
                     value = (_RESOLVED.get(key) or resolve_key(key) if key is not None
@@ -748,10 +625,15 @@ class Agent:
                     return
                 self._respond(src, msg_id, K_PYTHON_RET, value, None)
                 return
-            run = lambda: self._run_to_future(key, target, args, kwargs, async_exec)  # noqa: E731
-            fut = profiling.run_profiled(prof, run) if prof is not None else run()
+            run = partial(self._run_to_future, key, target, args, kwargs, async_exec)
+            reply: dict | None = None
+            if fields is None:
+                fut = run()
+            else:
+                reply = {}
+                fut = self._run_in_layers(fields, run, reply)
             chained = True
-            fut.add_done_callback(lambda done: self._finish(src, msg_id, remote_ids, prof is not None, done))
+            fut.add_done_callback(lambda done: self._finish(src, msg_id, remote_ids, reply, done))
         except Exception:  # a bug here must still answer the caller
             if not chained:
                 self._respond_error(src, msg_id, remote_exception(self.info, sys.exc_info()[1]))
@@ -760,6 +642,14 @@ class Agent:
         finally:
             if not chained:
                 next(self._finished)
+
+    def _run_in_layers(self, fields: dict, run, reply: dict) -> torch.futures.Future:
+        """Run a request inside every layer whose fields it carries (the last such layer outermost)."""
+        for layer in self._layers:
+            mine = fields.get(layer.name)
+            if mine is not None:
+                run = partial(layer.run, self, mine, run, reply)
+        return run()
 
     def _run_to_future(self, key, target, args, kwargs, async_exec: bool):
         fut = torch.futures.Future()
@@ -786,38 +676,38 @@ class Agent:
             return fut
         return value
 
-    def _finish(self, src: int, msg_id: int, remote_ids, profiled: bool, done) -> None:
-        """A chained (async_execution, profiled or remote) request completed: answer it."""
+    def _finish(self, src: int, msg_id: int, remote_ids, reply: dict | None, done) -> None:
+        """A chained (async_execution, remote, or run in layers) request completed: answer it.
+
+        ``reply``: the layers' reply fields (profiling's events), filled before ``done`` completed.
+        """
         try:
             try:
                 outcome = done.value()
-                events = None
-                if profiled:
-                    outcome, events = outcome
-            except BaseException as exc:  # the request failed: no events travel
+            except BaseException as exc:  # the request failed: no reply fields travel
                 self._finish_failed(src, msg_id, remote_ids, _failure_of(self.info, exc), None)
                 return
-            if isinstance(outcome, _UdfRaised):  # the Python function raised: its events travel too
-                self._finish_failed(src, msg_id, remote_ids, outcome.failure, events)
+            fields = reply or None
+            if isinstance(outcome, _UdfRaised):  # the Python function raised: its reply fields travel too
+                self._finish_failed(src, msg_id, remote_ids, outcome.failure, fields)
                 return
             if remote_ids is not None:
                 self.rrefs.created(tuple(remote_ids[0])).value.set_result(outcome)
-                self._respond(src, msg_id, K_REMOTE_RET, None, events)
+                self._respond(src, msg_id, K_REMOTE_RET, None, fields)
             else:
-                self._respond(src, msg_id, K_PYTHON_RET, outcome, events)
+                self._respond(src, msg_id, K_PYTHON_RET, outcome, fields)
         finally:
             next(self._finished)
 
-    def _finish_failed(self, src: int, msg_id: int, remote_ids, failure, events) -> None:
+    def _finish_failed(self, src: int, msg_id: int, remote_ids, failure, fields) -> None:
         if remote_ids is not None:  # remote(): the owner keeps the error for every fetch
             self.rrefs.created(tuple(remote_ids[0])).value.set_exception(_Failure(failure))
-        self._respond_error(src, msg_id, failure, events)
+        self._respond_error(src, msg_id, failure, fields)
 
     def _serve_fetch(self, src: int, msg_id: int, frame: Frame) -> None:
         try:
             rref_id = tuple(serialize.loads(frame.header, frame.tensors))
-            with self.rrefs.lock:
-                entry = self.rrefs._entry(rref_id)
+            entry = self.rrefs.entry(rref_id)
         except Exception as exc:
             self._respond_error(src, msg_id, remote_exception(self.info, exc))
             next(self._finished)
@@ -836,27 +726,32 @@ class Agent:
 
         entry.value.add_done_callback(answer)
 
-    def _respond(self, dst: int, msg_id: int, kind: int, value, events) -> None:
-        context_id = self._autograd_requests.pop((dst, msg_id), None) if self._autograd_requests else None
+    def _respond(self, dst: int, msg_id: int, kind: int, value, fields) -> None:
+        """A response; ``fields``: the layers' reply fields (None: none)."""
+        wrapped = self._wrapped.pop((dst, msg_id), None) if self._wrapped else None
         try:
-            if context_id is None:
-                header, tensors = serialize.dumps((value, events))
-            else:  # the request came inside a context: a response carrying grad gets a send function
-                kind, header, tensors = autograd.wrap_response(self, dst, context_id, kind, (value, events))
+            framed = None
+            if wrapped is not None:  # a layer unwrapped the request: it may frame the response
+                layer, state = wrapped
+                framed = layer.wrap_response(self, dst, state, kind, (value, fields))
+            if framed is None:
+                header, tensors = serialize.dumps((value, fields))
+            else:
+                kind, header, tensors = framed
         except Exception as exc:
             self._respond_error(dst, msg_id, remote_exception(self.info, exc))
             return
         self._answer(dst, Frame(kind, msg_id, header, tensors))
 
-    def _respond_error(self, dst: int, msg_id: int, failure, events=None) -> None:
-        """An exception response; ``events``: a profiled Python function's events (see _UdfRaised)."""
+    def _respond_error(self, dst: int, msg_id: int, failure, fields=None) -> None:
+        """An exception response; ``fields``: reply fields of a Python function that raised (see _UdfRaised)."""
         exc_type, text = failure
-        if self._autograd_requests:
-            self._autograd_requests.pop((dst, msg_id), None)
+        if self._wrapped:
+            self._wrapped.pop((dst, msg_id), None)
         try:
-            header, tensors = serialize.dumps((exc_type, text, events))
+            header, tensors = serialize.dumps((exc_type, text, fields))
         except Exception:  # a local exception class cannot travel by name
-            header, tensors = serialize.dumps((RuntimeError, text, events))
+            header, tensors = serialize.dumps((RuntimeError, text, fields))
         self._answer(dst, Frame(K_EXCEPTION, msg_id, header, tensors))
 
     def _answer(self, dst: int, frame: Frame) -> None:
@@ -873,58 +768,33 @@ class Agent:
         entry = self._pending.pop(frame.msg_id, None)
         if entry is None:
             return  # its call timed out (or was failed): a late answer is dropped
-        events = None
+        fields = None
         try:
-            if frame.kind == K_FORWARD_RESP:  # recorded in its context: the recv function first
-                frame = autograd.unwrap_response(self, entry.dst, frame)
+            layer = self._response_frames.get(frame.kind)
+            if layer is not None:  # autograd: recorded in its context, the recv function first
+                frame = layer.unframe_response(self, entry.dst, frame)
             if frame.kind == K_EXCEPTION:
-                exc_type, text, events = serialize.loads(frame.header, frame.tensors)
+                exc_type, text, fields = serialize.loads(frame.header, frame.tensors)
                 outcome = raise_remote(exc_type, text)
             else:
-                value, events = serialize.loads(frame.header, frame.tensors)
+                value, fields = serialize.loads(frame.header, frame.tensors)
                 outcome = None
         except BaseException as exc:
             outcome = RuntimeError(f"RPC response from {self.workers[entry.dst]} could not be decoded: "
                                    f"{type(exc).__name__}: {exc}")
-        if entry.call is not None:
-            profiling.absorb_response(entry.call, events)
+        if entry.state is not None:
+            self._unwrap_response(entry.state, fields)
         if outcome is not None:
-            if entry.rref is not None and entry.rref._error is None:  # remote() failed: to_here raises it
-                entry.rref._error = outcome
+            if entry.rref is not None:  # remote() failed: to_here raises it
+                entry.rref._creation_failed(outcome)
             entry.future.set_exception(outcome)
         elif frame.kind == K_REMOTE_RET:
-            entry.rref._confirmed = True
+            entry.rref._confirm()
             entry.future.set_result(True)
         else:
             entry.future.set_result(value)
 
 
-class _Failure(Exception):
-    """A UDF failure carried through a Future as (type, text), formatted once."""
-
-    def __init__(self, failure):
-        super().__init__(failure[1])
-        self.failure = failure
-
-
-class _UdfRaised:
-    """A Python function's exception as the request's value (torch's RemoteException): (type, text)."""
-
-    __slots__ = ("failure",)
-
-    def __init__(self, failure):
-        self.failure = failure
-
-
 def _is_python_udf(func) -> bool:
     """Not a torch builtin, not TorchScript: a function torch would run through internal._run_function."""
     return not isinstance(func, torch.jit.ScriptFunction) and torch.jit._builtins._find_builtin(func) is None
-
-
-def _failure_of(info, exc: BaseException):
-    if isinstance(exc, _Failure):
-        return exc.failure
-    try:
-        raise exc
-    except BaseException as caught:
-        return remote_exception(info, caught)

@@ -14,13 +14,14 @@ import torch.distributed as dist
 from torch._C._distributed_rpc import WorkerInfo
 from torch.distributed.rpc import BackendType, functions  # noqa: F401  (functions re-exported: rpc.functions.async_execution)
 
-from . import current, profiling
+from . import current, profiling, transports
 from .autograd.container import CONTAINER as autograd_container
 from .agent import Agent
 from .calls import UNSET_RPC_TIMEOUT, remote, rpc_async, rpc_sync  # noqa: F401  (the API: re-exported)
 from .calls import target_of as _target_of  # noqa: F401
 from .current import NOT_INITIALIZED  # noqa: F401
 from .current import agent as _current_agent
+from .faulty import FaultyTransport
 from .options import ReferenceRpcBackendOptions
 
 _init_lock = threading.Lock()
@@ -33,17 +34,8 @@ def is_available() -> bool:
 
 
 def _make_transport(options: ReferenceRpcBackendOptions):
-    if options.agent == "reference-pg":
-        from .pg_transport import PgTransport
-
-        transport = PgTransport()
-    else:
-        from .tp_transport import TpTransport
-
-        transport = TpTransport(listen_host=options.listen_host)
+    transport = transports.make(options.transport, options)
     if options.faults is not None:
-        from .faulty import FaultyTransport
-
         transport = FaultyTransport(transport, options.faults)
     return transport
 

@@ -13,7 +13,7 @@ import types
 import torch
 from torch.distributed.rpc.internal import RPCExecMode
 
-from . import current, profiling
+from . import builtin_ops, current, profiling
 from .transport import Kind
 
 UNSET_RPC_TIMEOUT = -1.0  # torch's UNSET_RPC_TIMEOUT
@@ -47,6 +47,7 @@ def target_of(func):
             func = wrapped
     qualified_name = torch.jit._builtins._find_builtin(func)
     if qualified_name is not None:
+        builtin_ops.check_sendable(qualified_name)
         decided = (K_SCRIPT_CALL, pickle.dumps(("builtin", qualified_name), 5), None, async_exec)
     elif isinstance(func, torch.jit.ScriptFunction):
         decided = (K_SCRIPT_CALL, pickle.dumps(("script", torch._jit_internal._qualified_name(func)), 5), None,
@@ -66,6 +67,10 @@ def invoke(mode, to, func, args, kwargs, timeout, remote_owner: bool = False):
     the future's ``rref`` is the caller's new user RRef to it."""
     agent = current.agent()
     kind, key, target, async_exec = target_of(func)
+    if kind == K_SCRIPT_CALL:
+        qualified_name = torch.jit._builtins._find_builtin(func)
+        if qualified_name is not None:  # matched on the caller, as torch's caller does
+            builtin_ops.check_arguments(qualified_name, args or (), kwargs or {})
     dst = agent.worker_info(to)
     call = profiling.begin_call(mode, func, agent.name, dst.name)
     if remote_owner:
@@ -93,5 +98,5 @@ def rpc_async(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
 def remote(to, func, args=None, kwargs=None, timeout=UNSET_RPC_TIMEOUT):
     """Run ``func`` on worker ``to``, which keeps the result; an RRef to it."""
     fut, rref = invoke(RPCExecMode.REMOTE, to, func, args, kwargs, timeout, remote_owner=True)
-    rref._creation = fut
+    rref._created_by(fut)
     return rref

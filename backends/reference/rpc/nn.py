@@ -161,16 +161,18 @@ _NOT_PICKLED = ("training", "_parameters", "_buffers", "_non_persistent_buffers_
 
 
 # ------------------------------------------------------------------ the caller's handle
-def _forward_async(self, *args, **kwargs) -> torch.futures.Future:
+# Named as the methods they become (torch's generated template does the same): a bound method pickles
+# as getattr(module, its function's __name__), so ``rm.forward`` (or ``vars(rm)``) travels over RPC.
+def forward_async(self, *args, **kwargs) -> torch.futures.Future:
     return rpc.rpc_async(self.module_rref.owner(), _remote_forward,
                          (self.module_rref, self.device, self.is_device_map_set, *args), kwargs)
 
 
-def _forward(self, *args, **kwargs):
-    return _forward_async(self, *args, **kwargs).wait()
+def forward(self, *args, **kwargs):
+    return forward_async(self, *args, **kwargs).wait()
 
 
-_GENERATED_METHODS = (_forward_async, _forward)
+_GENERATED_METHODS = (forward_async, forward)
 
 
 class RemoteModule(nn.Module):
@@ -210,7 +212,7 @@ class RemoteModule(nn.Module):
 
     def _install_generated_methods(self) -> None:
         for method in self.generated_methods:
-            setattr(self, method.__name__.lstrip("_"), types.MethodType(method, self))
+            setattr(self, method.__name__, types.MethodType(method, self))
 
     @staticmethod
     def init_from_module_rref(remote_device: str, module_rref: RRef, _module_interface_cls: Any = None):

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-AGENTS = ("reference-tp", "reference-pg")
+# the transport ("module:factory", see transports.py) of each built-in reference agent;
+# another agent (a plugin's) names its own with ``transport=``
+TRANSPORTS = {"reference-tp": "backends.reference.rpc.transports:over_sockets",
+              "reference-pg": "backends.reference.rpc.transports:over_process_group"}
+AGENTS = tuple(TRANSPORTS)
 
 
 @dataclass
@@ -12,7 +16,10 @@ class ReferenceRpcBackendOptions:
     """Options of the reference agents (torch's RpcBackendOptions fields, plus ours).
 
     * ``agent``: ``"reference-tp"`` (direct sockets) or ``"reference-pg"``
-      (frames over the default c10d process group);
+      (frames over the default c10d process group), or any name given with
+      ``transport``;
+    * ``transport``: the transport's factory as "module:factory"
+      (transports.py); by default the named agent's;
     * ``num_worker_threads``: how many requests run at once;
     * ``rpc_timeout``: default per-call timeout in seconds, 0 = none;
     * ``store``: a c10d Store shared by every worker of this agent (a fresh
@@ -24,6 +31,7 @@ class ReferenceRpcBackendOptions:
     """
 
     agent: str = "reference-tp"
+    transport: str | None = None
     num_worker_threads: int = 16
     rpc_timeout: float = 60.0
     store: object = None
@@ -32,8 +40,11 @@ class ReferenceRpcBackendOptions:
     faults: object = None
 
     def __post_init__(self):
-        if self.agent not in AGENTS:
-            raise ValueError(f"unknown reference RPC agent {self.agent!r}; known: {', '.join(AGENTS)}")
+        if not self.transport:
+            if self.agent not in TRANSPORTS:
+                raise ValueError(f"unknown reference RPC agent {self.agent!r}; known: {', '.join(AGENTS)} "
+                                 "(another agent names its transport=)")
+            self.transport = TRANSPORTS[self.agent]
         if isinstance(self.num_worker_threads, bool) or not isinstance(self.num_worker_threads, int) \
                 or self.num_worker_threads < 1:
             raise ValueError(f"num_worker_threads must be a positive int, got {self.num_worker_threads!r}")

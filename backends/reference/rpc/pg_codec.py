@@ -5,7 +5,10 @@ One frame is a meta message of ``META_BYTES`` (4 KiB): eight int64 fields
 then room for a whole small frame. The inline flag says what follows:
 
 * ``INLINE`` (1): the header, the tensor descriptors (per tensor int64
-  ``dtype code, ndim, *shape``) and the tensor bytes follow the fields; the
+  ``dtype code, ndim, *shape``, or ``dtype code, ndim | STRIDED, *shape,
+  *strides`` for a tensor that is not row-major: it travels as the memory its
+  elements span, with its strides, as on TensorPipe) and the tensor bytes
+  follow the fields; the
   last field is the count of tensor bytes. The whole frame is this message.
 * ``BATCH`` (2): several inline records, each exactly as it would travel
   alone; ``header_len`` is their total length, the last field their count.
@@ -26,7 +29,7 @@ import struct
 
 import torch
 
-from ..codec import CODE_DTYPES, DTYPE_CODES, ProtocolError, check_descriptor, empty, tensor_payload
+from ..codec import CODE_DTYPES, DTYPE_CODES, ProtocolError, check_descriptor, empty, strided_payload
 from .transport import Frame
 
 __all__ = ["ProtocolError", "DTYPE_CODES", "encode", "encode_frame", "batch_meta", "read_frame", "read_frames"]
@@ -43,6 +46,17 @@ STOP_KIND = -1  # transport control frame: "no more frames from me to you"
 MAX_HEADER = 1 << 31
 MAX_TENSORS = 1 << 20
 MAX_NDIM = 64
+STRIDED = 1 << 32  # flag in a descriptor's ndim word: the strides follow the shape
+
+
+def _row_major(shape, strides) -> bool:
+    """``strides`` are exactly those of a new tensor of ``shape`` (what a descriptor without STRIDED means)."""
+    step = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if stride != step:
+            return False
+        step *= max(size, 1)
+    return True
 
 
 # --------------------------------------------------------------- encoding
@@ -60,8 +74,12 @@ def _parts(frame: Frame, kind: int) -> tuple[bytes, int, int, list[torch.Tensor]
     desc: list[int] = []
     datas: list[torch.Tensor] = []
     for index, tensor in enumerate(frame.tensors):
-        data = tensor_payload(tensor, index, "reference-pg")
-        desc += [DTYPE_CODES[tensor.dtype], tensor.dim(), *tensor.shape]
+        data, strides = strided_payload(tensor, index, "reference-pg")
+        shape = tuple(tensor.shape)
+        if tensor.numel() == 0 or _row_major(shape, strides):
+            desc += [DTYPE_CODES[tensor.dtype], len(shape), *shape]
+        else:
+            desc += [DTYPE_CODES[tensor.dtype], len(shape) | STRIDED, *shape, *strides]
         if data.numel():
             datas.append(data)
     return header + struct.pack(f"<{len(desc)}q", *desc), len(header), len(frame.tensors), datas
@@ -136,22 +154,29 @@ def decode_meta(fields: bytes, src: int) -> tuple[int, int, int, int, int, int, 
     return kind, msg_id, header_len, n_tensors, desc_len, inline, last
 
 
+def _tensor_of(data: torch.Tensor, dtype: torch.dtype, shape, strides) -> torch.Tensor:
+    """The tensor a descriptor describes over its received bytes (row-major without strides)."""
+    typed = data.view(dtype)
+    return typed.reshape(shape) if strides is None else typed.as_strided(shape, strides)
+
+
 def decode_inline_tensors(raw: bytes, descs, src: int) -> list[torch.Tensor]:
     """The tensors of an inline frame from the bytes after its header and descriptors."""
     tensors, at = [], 0
-    for dtype, shape, nbytes in descs:
+    for dtype, shape, strides, nbytes in descs:
         if not nbytes:
-            tensors.append(empty(shape, dtype))
+            tensors.append(empty(shape, dtype, strides))
             continue
         if at + nbytes > len(raw):  # checked before anything is allocated
             raise ProtocolError(f"frame from rank {src}: inline tensor data ends after {len(raw)} bytes")
-        tensors.append(torch.frombuffer(bytearray(raw[at:at + nbytes]), dtype=torch.uint8).view(dtype).reshape(shape))
+        data = torch.frombuffer(bytearray(raw[at:at + nbytes]), dtype=torch.uint8)
+        tensors.append(_tensor_of(data, dtype, shape, strides))
         at += nbytes
     return tensors
 
 
-def decode_descriptors(desc: bytes, n_tensors: int, src: int) -> list[tuple[torch.dtype, tuple[int, ...], int]]:
-    """(dtype, shape, data bytes) per tensor, each checked before anything is allocated."""
+def decode_descriptors(desc: bytes, n_tensors: int, src: int) -> list:
+    """(dtype, shape, strides or None, data bytes) per tensor, each checked before anything is allocated."""
     if len(desc) % 8:
         raise ProtocolError(f"frame from rank {src}: descriptors of {len(desc)} bytes are not int64s")
     words = struct.unpack(f"<{len(desc) // 8}q", desc)
@@ -159,16 +184,20 @@ def decode_descriptors(desc: bytes, n_tensors: int, src: int) -> list[tuple[torc
     for index in range(n_tensors):
         if at + 2 > len(words):
             raise ProtocolError(f"frame from rank {src}: descriptor of tensor {index} is missing")
-        code, ndim = words[at], words[at + 1]
-        if code not in CODE_DTYPES or not 0 <= ndim <= MAX_NDIM or at + 2 + ndim > len(words):
-            raise ProtocolError(f"frame from rank {src}: tensor {index} has dtype code {code}, ndim {ndim}")
+        code, ndim_word = words[at], words[at + 1]
+        strided = ndim_word >= 0 and bool(ndim_word & STRIDED)
+        ndim = ndim_word & ~STRIDED if strided else ndim_word
+        length = 2 + (2 * ndim if strided else ndim) if 0 <= ndim <= MAX_NDIM else 0
+        if code not in CODE_DTYPES or not 0 <= ndim <= MAX_NDIM or at + length > len(words):
+            raise ProtocolError(f"frame from rank {src}: tensor {index} has dtype code {code}, ndim {ndim_word}")
         shape = tuple(words[at + 2: at + 2 + ndim])
+        strides = tuple(words[at + 2 + ndim: at + length]) if strided else None
         try:
-            dtype, nbytes = check_descriptor(code, shape, max_dims=MAX_NDIM)
+            dtype, nbytes = check_descriptor(code, shape, strides=strides, max_dims=MAX_NDIM)
         except ProtocolError as exc:
             raise ProtocolError(f"frame from rank {src}: tensor {index}: {exc}") from None
-        out.append((dtype, shape, nbytes))
-        at += 2 + ndim
+        out.append((dtype, shape, strides, nbytes))
+        at += length
     if at != len(words):
         raise ProtocolError(f"frame from rank {src}: {len(words) - at} stray descriptor words")
     return out
@@ -196,8 +225,8 @@ def read_frames(raw: bytes, src: int, receive) -> list:
         payload = b""
     header, desc = payload[:header_len], payload[header_len:]
     tensors = []
-    for dtype, shape, nbytes in decode_descriptors(desc, n_tensors, src):
-        tensors.append(receive(nbytes).view(dtype).reshape(shape) if nbytes else empty(shape, dtype))
+    for dtype, shape, strides, nbytes in decode_descriptors(desc, n_tensors, src):
+        tensors.append(_tensor_of(receive(nbytes), dtype, shape, strides) if nbytes else empty(shape, dtype, strides))
     if kind == STOP_KIND:
         return [None]
     return [Frame(kind=kind, msg_id=msg_id, header=header, tensors=tensors)]
@@ -211,7 +240,7 @@ def _inline_frame(record: bytes, src: int, fields) -> Frame | None:
     desc = record[FIELDS_BYTES + header_len:start]
     descs = decode_descriptors(desc, n_tensors, src) if desc or n_tensors else ()
     tensors = decode_inline_tensors(record[start:], descs, src) if descs else []
-    got = sum(t.numel() * t.element_size() for t in tensors)
+    got = sum(desc[-1] for desc in descs)  # bytes the descriptors span (an expanded tensor has more elements)
     if got != data_len:
         raise ProtocolError(f"frame from rank {src}: inline tensors of {got} bytes where the fields say {data_len}")
     if kind == STOP_KIND:

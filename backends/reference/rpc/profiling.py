@@ -15,11 +15,12 @@ request (torch's RemoteException value): the agent answers with its error and
 its events. Under the Kineto profiler nothing is wrapped. With no profiler
 on, ``begin_call`` returns None after one check and nothing else runs.
 
-The agent core calls these seams::
+These seams are called by the API (api.py, calls.py, rref.py) and, for the
+agent core, by the profiling envelope layer (profiling_envelope.py)::
 
     set_node_id(rank)                                              # at init_rpc
     call = begin_call(mode, func, src_name, dst_name)              # None: not profiled
-    header["profiling"] = request_fields(call)                     # only if call is not None
+    fields["profiling"] = request_fields(call)                     # only if call is not None
     user_future = wrap_future(call, raw_future)                    # what rpc_async/remote hand out
     absorb_response(call, envelope_or_None)                        # response arrived, before raw_future completes
     fut = run_profiled(fields, run)   # callee; run() -> Future; fut -> (result, envelope)

@@ -1,7 +1,8 @@
 """RRef: a reference to a value owned by one worker, as torch.distributed.rpc.RRef.
 
 An RRef is a handle (rref id, fork id, owner); the bookkeeping lives in the
-agent (agent.py ``OwnerTable``). The reference counting rule, a simplified
+agent's owner table (owners.py ``OwnerTable``), which changes an RRef only
+through its methods here. The reference counting rule, a simplified
 form of torch's fork protocol that never frees a value still referenced:
 
 * the owner keeps, per value, the set of live fork ids (every RRef object on
@@ -51,6 +52,10 @@ class RRef:
     @classmethod
     def _make(cls, agent, rref_id, fork_id, owner: int, confirmed: bool, creation=None) -> "RRef":
         self = cls.__new__(cls)
+        self._bind(agent, rref_id, fork_id, owner, confirmed, creation)
+        return self
+
+    def _bind(self, agent, rref_id, fork_id, owner: int, confirmed: bool, creation=None) -> None:
         self._agent = agent
         self.rref_id = rref_id
         self.fork_id = fork_id
@@ -59,7 +64,42 @@ class RRef:
         self._creation = creation
         self._confirmed = confirmed
         self._error = None
-        return self
+
+    def _adopt(self, agent, rref_id, fork_id) -> None:
+        """Become the owner RRef of a local value (``RRef(value)``: owners.py registers the value)."""
+        self._bind(agent, rref_id, fork_id, agent.rank, confirmed=True)
+
+    def _created_by(self, creation) -> None:
+        """remote() returned this user RRef: ``creation`` is the future of the call that builds the value."""
+        self._creation = creation
+
+    # ----------------------------------------------------------- the agent's view
+    def _owner_rank(self) -> int:
+        return self._owner
+
+    def _creation_error(self) -> BaseException | None:
+        """The error of the remote() that was to create the value (None: none, or not yet known)."""
+        return self._error
+
+    def _creation_pending(self):
+        """The creating remote()'s future while it runs, else None."""
+        creation = self._creation
+        return None if creation is None or creation.done() else creation
+
+    def _creation_failed(self, error: BaseException) -> None:
+        """The creating remote() failed or timed out: to_here raises ``error`` (the first one kept)."""
+        if self._error is None:
+            self._error = error
+
+    def _confirm(self) -> None:
+        """The owner answered the creating remote(): the value exists."""
+        self._confirmed = True
+
+    def _fork(self) -> tuple:
+        """A new fork of this RRef for a message being pickled (registered with the owner first)."""
+        if self._agent.stopped:
+            raise RuntimeError(f"{self} belongs to an RPC agent that was shut down")
+        return self._agent.rrefs.fork(self.rref_id, self._owner, self._is_owner, self.confirmed_by_owner())
 
     # ----------------------------------------------------------- queries
     def owner(self):
@@ -132,7 +172,7 @@ class RRef:
     def __del__(self):
         agent = getattr(self, "_agent", None)
         if agent is not None:
-            agent.rrefs.release(self)
+            agent.rrefs.release(self._owner, self.rref_id, self.fork_id)
 
     def __repr__(self) -> str:
         if self._is_owner:
@@ -144,7 +184,7 @@ class RRef:
 
 def _reduce_rref(rref: RRef):
     """Pickling inside an RPC message: register a new fork with the owner, send its data."""
-    return _rref_from_fork, rref._agent.rrefs.fork(rref)
+    return _rref_from_fork, rref._fork()
 
 
 def _rref_from_fork(rref_id, fork_id, owner, confirmed):

@@ -62,8 +62,10 @@ def _rref_reduce(rref):
 
 
 _DISPATCH = copyreg.dispatch_table.copy()
+# torch.Tensor exactly, as torch's _InternalRPCPickler: an nn.Parameter keeps its own __reduce_ex__, so it
+# arrives as a Parameter (requires_grad kept, a leaf) around its ``.data``, which travels as a tensor that
+# requires no grad: distributed autograd records no send for a Parameter itself, on torch as here.
 _DISPATCH[torch.Tensor] = _tensor_reducer
-_DISPATCH[torch.nn.Parameter] = _tensor_reducer
 
 
 def register_rref_class(cls, reducer) -> None:

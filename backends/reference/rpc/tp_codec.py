@@ -16,6 +16,8 @@ Every field is validated before anything is allocated: a ProtocolError names
 what is wrong (the transport adds the peer and drops its connection). Tensor
 bytes land in a ``torch.empty`` buffer and become the tensor by
 ``as_strided`` with the validated sizes and strides: no copy, no pickle.
+A tensor travels with its own strides over the memory its elements span
+(codec.strided_payload: a transpose arrives transposed, as on TensorPipe).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import struct
 import torch
 
 from ..codec import (CODE_DTYPES, DTYPE_CODES, MAX_TENSOR_BYTES, ProtocolError, check_descriptor, check_frame_header,
-                     check_length, empty, tensor_payload)
+                     check_length, empty, strided_payload)
 from .transport import Frame, Kind
 
 __all__ = ["ProtocolError", "encode", "read_frame", "hello_bytes", "read_control", "DTYPES"]
@@ -53,14 +55,6 @@ class UnsendableTensor(ValueError):
 
 
 # --------------------------------------------------------------- encoding
-def _contiguous_strides(shape) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return strides[::-1]
-
-
 def encode(frame: Frame) -> list:
     """The frame as a list of buffers: small ones first, tensor data last.
 
@@ -77,14 +71,14 @@ def encode(frame: Frame) -> list:
         if isinstance(tensor, torch.Tensor) and tensor.dim() > MAX_DIMS:
             raise UnsendableTensor(f"reference-tp sends tensors of at most {MAX_DIMS} dims, not {tensor.dim()}")
         try:
-            payload = tensor_payload(tensor, index, "reference-tp")
+            payload, strides = strided_payload(tensor, index, "reference-tp")  # torch's strides, not row-major
         except ValueError as exc:
             raise UnsendableTensor(str(exc)) from None
         shape = tuple(tensor.shape)
         nbytes = payload.numel()
         parts.append(TENSOR.pack(DTYPE_CODES[tensor.dtype], len(shape), nbytes))
         if shape:
-            parts.append(struct.pack(f"<{2 * len(shape)}q", *shape, *_contiguous_strides(shape)))
+            parts.append(struct.pack(f"<{2 * len(shape)}q", *shape, *strides))
         if nbytes:
             datas.append(memoryview(payload.numpy()))
     parts.append(header)

@@ -11,7 +11,8 @@
 FAST mode (PyTorch PR 27022): container.py (context ids, thread-local current
 context), functions.py (send/recv functions as autograd nodes), engine.py
 (the backward pass), service.py (what the agent calls: forward recording,
-propagate-gradients / clean-up / RRef-backward requests), messages.py (their
+propagate-gradients / clean-up / RRef-backward requests), requests.py (the
+requests a worker sends, below engine and service), messages.py (their
 frames). Introspection as torch's: ``_current_context()``,
 ``_retrieve_context(id)`` give a ``DistAutogradContext`` with
 ``_context_id()``, ``_send_functions()``, ``_recv_functions()`` ({autograd

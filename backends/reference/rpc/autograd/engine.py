@@ -43,6 +43,7 @@ import time
 import torch
 
 from . import messages
+from .requests import outcome_text, send_propagate
 from .container import CONTAINER, DistAutogradContext
 from .functions import RecvRecord, is_recv_node
 
@@ -57,6 +58,10 @@ CONTEXT_GONE = ("Autograd context no longer valid! This usually means the autogr
                 "different thread due to an error before RecvRcpBackward had a chance to run")
 NO_SEND_FUNCTION = "Could not find send function for autograd message id: {}"
 ALREADY_RUNNING = "distributed backward is already running for autograd context {} on this worker"
+# ours: torch's FAST mode hangs here (spec B9); a reference agent says why, within the RPC timeout
+UNUSED_SEND = ("distributed backward of autograd context {context} did not complete within {timeout:g} s: "
+               "{waiting} never received gradients. FAST mode needs every RPC recorded in the context "
+               "(every send function) to contribute to the roots")
 
 
 class _Source:
@@ -211,15 +216,13 @@ class BackwardPass:
 
     # ------------------------------------------------------------ peers
     def _propagate(self, record: RecvRecord, grads: list) -> None:
-        from . import service
-
         try:
-            fut = service.send_propagate(self.agent, record.src, self.context.id, record.msg_id,
+            fut = send_propagate(self.agent, record.src, self.context.id, record.msg_id,
                                          self.retain_graph, grads)
         except Exception as exc:
             self._answered(f"{exc}")
             return
-        fut.add_done_callback(lambda done: self._answered(service.outcome_text(done)))
+        fut.add_done_callback(lambda done: self._answered(outcome_text(done)))
 
     def _answered(self, error: str | None) -> None:
         with self.lock:
@@ -282,7 +285,7 @@ def start_backward(context_id: int, roots, retain_graph: bool, agent) -> Backwar
 
 
 def wait(backward: BackwardPass, timeout: float) -> None:
-    """Wait for the caller's pass; bounded, unlike torch's FAST mode (see ``service.UNUSED_SEND``).
+    """Wait for the caller's pass; bounded, unlike torch's FAST mode (see ``UNUSED_SEND``).
 
     While a propagate request is outstanding its own RPC timeout bounds the
     wait; with none outstanding and sources still waiting after ``timeout``,
@@ -292,8 +295,6 @@ def wait(backward: BackwardPass, timeout: float) -> None:
     backward.future.add_done_callback(lambda _: done.set())
     while not done.wait(timeout if timeout > 0 else None):
         if backward.outstanding == 0:
-            from .service import UNUSED_SEND
-
             waiting = [f"send function {key[1]}" for key in backward.waiting_for() if key[0] == "send"]
             backward.fail(UNUSED_SEND.format(timeout=timeout, context=backward.context.id,
                                              waiting=", ".join(waiting) or "a source"))

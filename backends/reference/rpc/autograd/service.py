@@ -1,6 +1,7 @@
 """Where distributed autograd meets the agent: forward recording, its requests, clean-up, RRef.backward.
 
-The agent (agent.py) calls in at five points and knows nothing else:
+The agent (agent.py) reaches these five points through the autograd
+envelope layer (envelope.py), and knows nothing else:
 
 * ``wrap_request`` / ``wrap_response``: an RPC request (or a response to a
   request that came inside a context) is pickled here; when the sending
@@ -34,12 +35,10 @@ from ..transport import Frame, Kind
 from . import engine, messages
 from .container import CONTAINER, UNKNOWN
 from .functions import record_recv, record_send
+from .requests import K_CLEANUP, K_FORWARD_REQ, K_FORWARD_RESP, K_PROPAGATE, K_RREF_BACKWARD, outcome_text
 
 log = logging.getLogger(__name__)
 
-K_FORWARD_REQ, K_FORWARD_RESP = int(Kind.FORWARD_AUTOGRAD_REQ), int(Kind.FORWARD_AUTOGRAD_RESP)
-K_PROPAGATE, K_CLEANUP = int(Kind.BACKWARD_AUTOGRAD_REQ), int(Kind.CLEANUP_AUTOGRAD_CONTEXT_REQ)
-K_RREF_BACKWARD = int(Kind.RREF_BACKWARD_REQ)
 SERVED = frozenset((K_PROPAGATE, K_CLEANUP, K_RREF_BACKWARD))
 WRAPPABLE_REQUESTS = frozenset(int(k) for k in (Kind.SCRIPT_CALL, Kind.PYTHON_CALL, Kind.SCRIPT_REMOTE_CALL,
                                                 Kind.PYTHON_REMOTE_CALL, Kind.PYTHON_RREF_FETCH_CALL))
@@ -52,10 +51,6 @@ CLEANUP_RETRIES, CLEANUP_FIRST_RETRY_S, CLEANUP_BACKOFF = 20, 1.0, 1.5
 # torch's texts (py_rref.cpp, rref_impl.cpp)
 RREF_NOT_TENSOR = "RRef should contain a tensor for .backward()"
 USER_RREF_NEEDS_CONTEXT = "User RRefs require 'dist_autograd_ctx_id' to be specified"
-# ours: torch's FAST mode hangs here (spec B9); a reference agent says why, within the RPC timeout
-UNUSED_SEND = ("distributed backward of autograd context {context} did not complete within {timeout:g} s: "
-               "{waiting} never received gradients. FAST mode needs every RPC recorded in the context "
-               "(every send function) to contribute to the roots")
 
 
 def current_context_id() -> int:
@@ -139,20 +134,6 @@ def forced_context(context_id: int):
 # =================================================================== requests we send
 def _agent():
     return current.agent()
-
-
-def send_propagate(agent, dst: int, context_id: int, msg_id: int, retain_graph: bool, grads: list):
-    header = messages.encode_propagate(context_id, msg_id, retain_graph, len(grads))
-    return agent.request(dst, K_PROPAGATE, header, [g.detach() for g in grads])
-
-
-def outcome_text(done) -> str | None:
-    """None if the request succeeded, else the error text (an answered error text or the agent's failure)."""
-    try:
-        value = done.value()
-    except Exception as exc:
-        return str(exc)
-    return value if isinstance(value, str) else None
 
 
 def release(context_id: int) -> None:
@@ -261,8 +242,7 @@ def _serve_propagate(agent, src, context_id, msg_id, retain, grads):
 
 
 def _serve_rref_backward(agent, rref_id, context_id, retain):
-    with agent.rrefs.lock:
-        entry = agent.rrefs.owned.get(rref_id)
+    entry = agent.rrefs.find(rref_id)
     if entry is None:
         return _done(f"RRef {rref_id} has no value on its owner {agent.info}")
     answer = torch.futures.Future()
@@ -312,7 +292,7 @@ def rref_backward(rref, dist_autograd_ctx_id: int = -1, retain_graph: bool = Fal
     if not 0 <= dist_autograd_ctx_id < 1 << 64:
         raise RuntimeError(UNKNOWN.format(dist_autograd_ctx_id))
     header = messages.encode_rref_backward(rref.rref_id, dist_autograd_ctx_id, retain_graph)
-    error = outcome_text(_settled(agent.request(rref._owner, K_RREF_BACKWARD, header, [])))
+    error = outcome_text(_settled(agent.request(rref._owner_rank(), K_RREF_BACKWARD, header, [])))
     if error is not None:
         raise RuntimeError(error)
 

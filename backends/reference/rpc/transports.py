@@ -1,0 +1,37 @@
+"""The reference agents' transports by the name an agent spec gives them (``AgentSpec.transport``).
+
+Each factory takes the agent's ``ReferenceRpcBackendOptions`` and returns a
+fresh Transport (transport.py); ``make`` resolves a "module:factory" name,
+so a plugin's agent may bring a transport of its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .pg_transport import PgTransport
+from .tp_transport import TpTransport
+from .transport import Transport
+
+SOCKETS = "backends.reference.rpc.transports:over_sockets"
+PROCESS_GROUP = "backends.reference.rpc.transports:over_process_group"
+
+
+def over_sockets(options) -> Transport:
+    """reference-tp: a direct socket per peer."""
+    return TpTransport(listen_host=options.listen_host)
+
+
+def over_process_group(options) -> Transport:
+    """reference-pg: frames over the default c10d process group."""
+    return PgTransport()
+
+
+def make(name: str, options) -> Transport:
+    """The transport ``name`` ("module:factory") builds from ``options``."""
+    module_name, _, attribute = name.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"reference RPC transport {name!r} cannot be found: {exc}") from exc
+    return factory(options)

@@ -1,0 +1,188 @@
+"""A launched world on two simulated nodes (tests/harness_cases/launch_nodes.py): the same outcomes as
+one host, and what a hang, a rank death, a killed node and a stopped node (either side) look like."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from fixtures.spawner import processes_with_env
+from tests.harness_cases.launch_nodes import (MARK_ENV, NO_IPV6, junit_failure, outcomes, single_host_cases,
+                                              two_torchrun_nodes)
+
+# A subset of suites/c10d and suites/p2p (run time on a shared 2-core machine): every
+# all_reduce case, subgroups, and the p2p clauses that run on the default world.
+SUBSET = ["suites/c10d/test_all_reduce.py", "suites/c10d/test_subgroups.py",
+          "suites/p2p/test_send_recv.py", "suites/p2p/test_subsets.py", "suites/p2p/test_batch_isend_irecv.py"]
+
+
+def test_two_nodes_match_the_single_host_run_case_by_case(tmp_path):
+    results, launched = two_torchrun_nodes([*SUBSET, "--backend", "gloo", "-q"], tmp_path)
+    assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
+    alone = single_host_cases([*SUBSET, "--backend", "gloo", "-q"], tmp_path)
+    assert len(alone) > 200
+    assert outcomes(launched) == outcomes(alone)
+    assert all("ws4" in nodeid for nodeid in launched)
+    # every rank's log is collected into the report folder, named by rank and host
+    assert sorted(os.listdir(tmp_path / "report" / "ranks")) == [
+        "rank0-node0.log", "rank1-node0.log", "rank2-node1.log", "rank3-node1.log"]
+
+
+# DDP (torch's and the reference reducer, Join) and RPC (the reference-pg agent over the launched world's group)
+TRAINING_SUBSET = ["suites/ddp/test_gradients.py", "suites/ddp/test_join.py",
+                   "suites/rpc/test_calls.py", "suites/rpc/test_rrefs.py"]
+
+
+def test_ddp_and_rpc_suites_run_unchanged_on_two_nodes(tmp_path):
+    args = [*TRAINING_SUBSET, "--backend", "gloo", "--rpc-agent", "reference-pg", "-q"]
+    results, launched = two_torchrun_nodes(args, tmp_path)
+    assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
+    alone = single_host_cases(args, tmp_path)
+    assert {nodeid.split("::")[0] for nodeid in launched} == set(TRAINING_SUBSET)
+    assert outcomes(launched) == outcomes(alone)
+
+
+def test_hang_on_node1_fails_with_every_rank_stack_and_both_hosts(tmp_path):
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs",
+                                          "--controller-address", "127.0.0.1"], tmp_path,
+                                         env={"LAUNCH_CASE": "hang", "EXPECT_HOSTS": "node0,node0,node1,node1"})
+    assert all(rc != 0 for rc, _ in results)  # the run fails on both nodes
+    by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
+    assert by_name["test_placement[gloo-ws4]"]["outcome"] == "passed"
+    assert by_name["test_injected_hang[gloo-ws4]"]["outcome"] == "failed"
+    error = junit_failure(tmp_path, "test_injected_hang[gloo-ws4]")  # conformance.json keeps first lines only
+    assert "did not finish within its 3 s deadline" in error
+    for rank, host in ((0, "node0"), (1, "node0"), (2, "node1"), (3, "node1")):
+        assert f"--- rank {rank} stack:\n[host {host}]\n" in error
+    assert error.count("in barrier") >= 3  # ranks 0-2 wait in the collective
+    assert "time.sleep" in error or "last_rank_of_node1_sleeps_in_python" in error.split("--- rank 3 stack:")[1]
+    after = by_name["test_after_failure[gloo-ws4]"]
+    assert after["outcome"] == "skipped"
+    assert after["reason"].startswith("launched world broken earlier in this run: DeadlineExceeded: "
+                                      "last_rank_of_node1_sleeps_in_python did not finish")
+
+
+def test_rank_death_on_node1_names_rank_host_and_status(tmp_path):
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs"], tmp_path,
+                                         env={"LAUNCH_CASE": "death"})
+    assert all(rc != 0 for rc, _ in results)
+    by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
+    death = by_name["test_injected_death[gloo-ws4]"]
+    assert death["outcome"] == "failed"
+    assert "rank 3 on host node1 died (exit status 7) while running last_rank_of_node1_exits_7" in death["error"]
+    assert by_name["test_after_failure[gloo-ws4]"]["reason"] == (
+        "launched world broken earlier in this run: rank 3 on host node1 died (exit status 7) while running "
+        "last_rank_of_node1_exits_7 in world gloo-ws4")
+
+
+def test_lost_node_fails_with_status_unknown_and_leaves_no_process(tmp_path):
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py"], tmp_path,
+                                         env={"LAUNCH_CASE": "nodeloss"})
+    assert all(rc != 0 for rc, _ in results)
+    by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
+    lost = by_name["test_injected_node_loss[gloo-ws4]"]
+    assert lost["outcome"] == "failed"
+    assert re.search(r"rank [23] on host node1 died \(status unknown: its supervisor's connection closed too "
+                     r"\(node lost\?\)\) while running node1_is_lost", lost["error"]), lost["error"]
+    assert by_name["test_after_failure[gloo-ws4]"]["outcome"] == "skipped"
+
+
+HEARTBEAT_LIMIT_S = 5.0
+
+
+def _stop_a_node(node: str, stop_request, wait_for: int, timings: dict, check_while_stopped=None):
+    """A ``during`` for run_nodes: once both ranks of ``node`` asked, SIGSTOP every process of that
+    node (its launcher, supervisors and ranks: no FIN, no exit status), wait for the other node's
+    launcher (index ``wait_for``) to exit, then SIGCONT the stopped node."""
+
+    def during(procs, mark):
+        end = time.monotonic() + 240
+        while not (stop_request.exists() and len(stop_request.read_text().split()) == 2):
+            assert time.monotonic() < end and all(p.poll() is None for p in procs), f"{node} never asked to be stopped"
+            time.sleep(0.1)
+        stopped = sorted(set(processes_with_env(MARK_ENV, mark)) & set(processes_with_env("DISTCONFORM_HOSTNAME", node)))
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        timings["stopped"] = time.monotonic()
+        try:
+            procs[wait_for].wait(timeout=HEARTBEAT_LIMIT_S + 60)  # the other node gives this one up and ends
+            timings["other_exited"] = time.monotonic()
+            if check_while_stopped is not None:
+                check_while_stopped(mark)
+        finally:
+            for pid in stopped:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
+    return during
+
+
+def test_a_stopped_node_is_noticed_by_heartbeat_and_leaves_no_process(tmp_path):
+    """node1 is SIGSTOPped whole: the controller fails the case within the heartbeat limit naming
+    rank and host, node0 exits; node1, resumed, finds the controller gone and exits too."""
+    stop_request, timings = tmp_path / "stop-request", {}
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs"], tmp_path,
+                                         env={"LAUNCH_CASE": "stop", "STOP_NODE": "node1",
+                                              "STOP_REQUEST": str(stop_request),
+                                              "DISTCONFORM_HEARTBEAT_TIMEOUT": str(HEARTBEAT_LIMIT_S)},
+                                         during=_stop_a_node("node1", stop_request, 0, timings))
+    assert all(rc != 0 for rc, _ in results)
+    by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
+    stopped = by_name["test_injected_node_stop[gloo-ws4]"]
+    assert stopped["outcome"] == "failed"
+    assert re.search(r"rank [23] on host node1 is lost \(no heartbeat from its node for [0-9.]+ s \(limit 5 s\): "
+                     r"the node stopped, crashed or was cut off", stopped["error"]), stopped["error"]
+    assert stopped["duration"] < HEARTBEAT_LIMIT_S + 30  # the silence, not the case's 300 s deadline
+    assert by_name["test_after_failure[gloo-ws4]"]["outcome"] == "skipped"
+
+
+def test_a_stopped_controller_node_leaves_no_process_on_the_other(tmp_path):
+    """node0 (the controller's) is SIGSTOPped whole: node1's supervisors hear no heartbeat, kill their
+    ranks and exit while node0 is still stopped; node0, resumed, fails the case and exits."""
+    stop_request, timings = tmp_path / "stop-request", {}
+
+    def node1_is_empty(mark):
+        assert set(processes_with_env(MARK_ENV, mark)) & set(processes_with_env("DISTCONFORM_HOSTNAME", "node1")) == set()
+
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs"], tmp_path,
+                                         env={"LAUNCH_CASE": "stop", "STOP_NODE": "node0",
+                                              "STOP_REQUEST": str(stop_request),
+                                              "DISTCONFORM_HEARTBEAT_TIMEOUT": str(HEARTBEAT_LIMIT_S)},
+                                         during=_stop_a_node("node0", stop_request, 1, timings, node1_is_empty))
+    assert all(rc != 0 for rc, _ in results)
+    assert timings["other_exited"] - timings["stopped"] < HEARTBEAT_LIMIT_S + 30
+    assert re.search(r"rank [23]: no heartbeat from the controller at 127\.0\.0\.1:[0-9]+ for [0-9.]+ s \(limit 5 s\)",
+                     results[1][1]), results[1][1][-3000:]
+    by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
+    assert by_name["test_injected_node_stop[gloo-ws4]"]["outcome"] == "failed"
+    assert re.search(r"rank [23] on host node1 ", by_name["test_injected_node_stop[gloo-ws4]"]["error"])
+
+
+@pytest.mark.skipif(bool(NO_IPV6), reason=NO_IPV6 or "-")
+def test_ipv6_controller_address(tmp_path):
+    """--controller-address ::1: the ranks dial the control channel and the world's store over IPv6."""
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-k", "placement",
+                                          "--controller-address", "::1"], tmp_path,
+                                         env={"EXPECT_STORE_HOST": "::1", "EXPECT_HOSTS": "node0,node0,node1,node1"})
+    assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
+    assert outcomes(cases) == {"tests/harness_cases/launch_cases.py::test_placement[gloo-ws4]": "passed"}
+
+
+def test_the_debug_level_reaches_every_launched_rank(tmp_path):
+    """--debug-level DETAIL under a launcher whose environment says INFO: the option wins, the case's id
+    and report say DETAIL, and every rank runs at it (test_placement compares each rank's
+    torch.distributed.get_debug_level() and $TORCH_DISTRIBUTED_DEBUG with the world's level)."""
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-k", "placement",
+                                         "--debug-level", "DETAIL"], tmp_path,
+                                        env={"TORCH_DISTRIBUTED_DEBUG": "INFO", "EXPECT_DEBUG_LEVEL": "DETAIL"})
+    assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
+    [(nodeid, case)] = cases.items()
+    assert (nodeid, case["outcome"], case["debug_level"]) == (
+        "tests/harness_cases/launch_cases.py::test_placement[gloo-ws4-DETAIL]", "passed", "DETAIL")
+    assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in results[0][1]  # the run's header
