@@ -462,7 +462,8 @@ def test_a_needs_marker_with_an_unknown_value_stops_collection_naming_it(tmp_pat
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     env["PYTHONPATH"] = root
     proc = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "--rootdir", str(tmp_path), "--collect-only",
-                           "-p", "no:cacheprovider", "--backend", "nccl", "--world-size", "2"],
+                           "-p", "no:cacheprovider", "--backend", "nccl", "--world-size", "2",
+                           "--allow-unavailable"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "test_typo.py::test_typo[nccl-ws2]: needs(): unknown form 'devcie'; known: list, single, device" \
