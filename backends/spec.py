@@ -377,6 +377,13 @@ SPLIT_NEEDS_ACCELERATOR = Gap(
     "the backend ('RuntimeError: No device associated with the default pg, not safe to split any process "
     "groups'; it splits NCCL/XCCL groups only, or gloo under torchcomms)")
 
+LOCAL_SYNC_DESYNCS_GROUP_NAMES = Gap(
+    {"clause": "test_new_group_local_synchronization"},
+    "torch 2.14's _process_group_name counts every group creation (2.13: unhashed names only), but "
+    "new_group(use_local_synchronization=True) reaches it on the members only: the ranks' group counters "
+    "diverge, the next new_group of every rank gets a different name (store prefix) per rank and its "
+    "rendezvous blocks (new_subgroups then misses its deadline on every backend)",
+    outcome="skip", consequence="hangs", torch=">=2.14")
 
 # ------------------------------------------------------------- backends
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import (FLIGHT_RECORDER_PARTS, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability,
-                           BackendSpec, Gap)
+from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
+                           SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap)
 
 from . import build
 
@@ -42,6 +42,7 @@ GAPS = (
         "not compile outside torch ('fatal error: nlohmann/json.hpp: No such file or directory'); even compiled, "
         "they would fill the extension's own recorder, which _dump_fr_trace never reads: native records nothing",
         torch=">=2.13,<2.14"),
+    LOCAL_SYNC_DESYNCS_GROUP_NAMES,
 )
 
 

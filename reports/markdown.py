@@ -38,7 +38,17 @@ def _header(records, meta: dict) -> list[str]:
     facts += [f"wall time: {meta.get('wall_seconds')} s", f"pytest exit status: {meta.get('exit_status')}"]
     counts = views.totals(records)
     total = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts.get(o))
-    return ["# distconform summary", "", " · ".join(facts), "", f"{len(records)} cases: {total}", ""]
+    return [_title(counts), "", " · ".join(facts), "", f"{len(records)} cases: {total}", ""]
+
+
+def _title(counts: dict) -> str:
+    """The first line; it says so plainly when no case ran (every one skipped, or none collected)."""
+    ran = sum(n for outcome, n in counts.items() if outcome != "skipped")
+    if ran:
+        return "# distconform summary"
+    skipped = counts.get("skipped", 0)
+    why = f"every case skipped: {plural(skipped, 'case')}, reasons under Skipped" if skipped else "no case collected"
+    return f"# distconform summary: NOTHING RAN ({why})"
 
 
 def _matrix(records) -> list[str]:

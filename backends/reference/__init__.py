@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import (FLIGHT_RECORDER_PARTS, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability,
-                           BackendSpec, Gap)
+from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
+                           SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap)
 
 from .process_group import ReferenceProcessGroup
 
@@ -56,6 +56,11 @@ DISTCONFORM_SPEC = BackendSpec(
             "ProcessGroup records nothing for a Python subclass: '0 recorder entries name the group "
             "['1', 'undefined'] ([])', and pg_config and pg_status stay empty",
             torch=">=2.13,<2.14"),
+        LOCAL_SYNC_DESYNCS_GROUP_NAMES,
+        Gap({"feature": "premul_sum"},
+            "torch 2.11's ReduceOp binding does not expose a PREMUL_SUM op's factor to Python (no ReduceOp.factor; "
+            "torch 2.13 has it, 2.12 not checked): a Python process group cannot know what to multiply by",
+            torch="<2.13"),
     ),
     description="pure-Python reference process group over its own TCP mesh (the oracle)",
 )

@@ -192,6 +192,22 @@ class ReferenceProcessGroup(dist.ProcessGroup):
     def getGroupDesc(self):
         return getattr(self, "_group_desc", "")
 
+    def _get_backend(self, device):
+        """This group is its own CPU backend: answer torch's per-device lookup with itself.
+
+        A Python ProcessGroup registers no per-device c10d Backend, so the C++ lookup raises
+        'No backend type associated with device type cpu'. Torch 2.14's batch_isend_irecv asks
+        every ProcessGroup instance (2.13: only ``type(group) is ProcessGroup``) for
+        ``group._get_backend(device).supports_coalescing``; answered with this group, which has
+        no such attribute, it takes the per-op path, as on 2.13. Other devices still raise.
+        """
+        try:
+            return super()._get_backend(device)
+        except RuntimeError:
+            if torch.device(device).type != "cpu":
+                raise
+            return self
+
     def __repr__(self):
         return f"<ReferenceProcessGroup rank {self.rank()}/{self.size()} global ranks {self.global_ranks}>"
 
@@ -323,6 +339,9 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         """The factor of a ReduceOp made by dist._make_nccl_premul_sum (None for other ops)."""
         if semantics.op_name(getattr(opts.reduceOp, "op", opts.reduceOp)) != "premul_sum":
             return None  # reading .factor of any other op raises
+        if not hasattr(opts.reduceOp, "factor"):  # torch 2.11's binding keeps it in C++ (spec: a gap there)
+            raise NotImplementedError("reference: this torch's ReduceOp exposes no premul_sum factor to Python "
+                                      "(ReduceOp.factor)")
         factor = opts.reduceOp.factor
         if isinstance(factor, torch.Tensor):
             factor = factor.item()

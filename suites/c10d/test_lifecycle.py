@@ -290,7 +290,7 @@ def test_destroying_one_subgroup_leaves_the_others_working(world):
             expect_tensor(after["c"], total(range(1, n) or [0]), f"rank {rank}: a smaller subgroup after the destroy")
 
 
-@pytest.mark.needs(feature="subgroups")
+@pytest.mark.needs(feature="subgroups", clause="test_new_group_local_synchronization")
 @pytest.mark.min_world_size(2)
 def test_new_group_local_synchronization(world):
     """new_group(use_local_synchronization=True) is entered by its members only and works among them."""

@@ -190,6 +190,7 @@ def sequence_numbers(collective: str, times: int = 3):
 pytestmark = pytest.mark.needs(collective="all_reduce", feature="work_api")
 
 
+@pytest.mark.needs(clause="test_completed_work_reports_success_and_values")
 def test_completed_work_reports_success_and_values(world):
     """After wait(): is_completed and is_success are True, exception() is None, get_future() and result() hold the output."""
     expected = summed(world.world_size)
@@ -240,6 +241,7 @@ def test_wait_timeout_raises_on_expiry(world, record_property):
 
 @pytest.mark.min_world_size(2)
 @pytest.mark.needs(feature="group_timeout", work="member_away")
+@pytest.mark.needs(clause="test_failed_work_reports_its_error")
 def test_failed_work_reports_its_error(world, record_property):
     """A Work that failed (group timeout) is completed, not successful; exception() and its future carry the error."""
     for rank, state in enumerate(world.run(failed_work_state)[:-1]):
