@@ -41,7 +41,7 @@ GAPS = (
         "_ZN4c10d14FlightRecorderIN3c105EventEE6recordEm...'), and the definitions (FlightRecorderDetail.hpp) do "
         "not compile outside torch ('fatal error: nlohmann/json.hpp: No such file or directory'); even compiled, "
         "they would fill the extension's own recorder, which _dump_fr_trace never reads: native records nothing",
-        torch=">=2.13,<2.14"),
+        torch=">=2.11,<2.15"),
     LOCAL_SYNC_DESYNCS_GROUP_NAMES,
 )
 

@@ -55,7 +55,7 @@ DISTCONFORM_SPEC = BackendSpec(
             "torch._C._distributed_c10d binds only _dump_fr_trace and _dump_fr_trace_json, and c10d's "
             "ProcessGroup records nothing for a Python subclass: '0 recorder entries name the group "
             "['1', 'undefined'] ([])', and pg_config and pg_status stay empty",
-            torch=">=2.13,<2.14"),
+            torch=">=2.11,<2.15"),
         LOCAL_SYNC_DESYNCS_GROUP_NAMES,
         Gap({"feature": "premul_sum"},
             "torch 2.11's ReduceOp binding does not expose a PREMUL_SUM op's factor to Python (no ReduceOp.factor; "
