@@ -74,6 +74,8 @@ WATCHDOG_TICK_S = 0.02
 ID_BITS = 40  # message ids below 2**40 share a deadline heap entry with their deadline
 ID_MASK = (1 << ID_BITS) - 1
 IDLE_POLL_S = 0.002
+# shutdown(timeout=0) waits for late workers as long as it takes (7 days: within int32 ms)
+UNBOUNDED_SHUTDOWN_WAIT = timedelta(days=7)
 
 # torch's texts (torch/csrc/distributed/rpc/rpc_agent.h kRpcTimeoutErrorStr with the
 # "RPCErr:1:" prefix of RPCErrorType::TIMEOUT, as TensorPipe's rpc_sync raises it)
@@ -284,8 +286,8 @@ class Agent:
             keys = [f"shutdown/{round_}/{r}" for r in range(self.world_size)]
             if deadline is not None:
                 self.store.wait(keys, timedelta(seconds=max(0.001, deadline - time.monotonic())))
-            else:
-                self.store.wait(keys)
+            else:  # torch's graceful shutdown has no timeout: never the store's (the RPC timeout)
+                self.store.wait(keys, UNBOUNDED_SHUTDOWN_WAIT)
             counts = [tuple(int(x) for x in self.store.get(key).decode().split(",")) for key in keys]
             totals = (sum(c[0] for c in counts), sum(c[1] for c in counts))
             if totals[0] == totals[1] and totals == previous:
