@@ -162,3 +162,8 @@ def rref_fetch(rref):
 
 def make_tensor(n, value):
     return torch.full((n,), float(value))
+
+
+def rref_confirmed_here(rref):
+    """Run on a user that received ``rref`` in this call: is its fork confirmed by the owner, and is this the owner."""
+    return rref.confirmed_by_owner(), rref.is_owner()

@@ -220,5 +220,26 @@ def _run_method(rref, func_name, args, kwargs):
     return done
 
 
+def confirm_with_owner(rref: RRef) -> torch.futures.Future:
+    """A user received ``rref`` forked by another user: ask its owner to confirm the fork (torch's ACK).
+
+    Completes (and the RRef reports ``confirmed_by_owner()``) once the owner
+    registered the fork, i.e. its parent's fork request arrived there.
+    """
+    fut = calls.rpc_async(rref._owner, _fork_registered_on_owner, args=(rref.rref_id, rref.fork_id))
+
+    def confirmed(done):
+        done.wait()  # the owner's error, if any, is the caller's
+        rref._confirm()
+        return True
+
+    return fut.then(confirmed)
+
+
+@functions.async_execution
+def _fork_registered_on_owner(rref_id, fork_id):
+    return current.agent().rrefs.fork_registered(tuple(rref_id), tuple(fork_id))
+
+
 def _type_on_owner(rref):
     return type(rref.local_value())
