@@ -30,7 +30,8 @@ def remote_proxy_of_missing_method():
     rpc = lifecycle.rpc()
     counter = rpc.remote(peer_name(), udfs.Counter, args=(0,))
     counter.to_here()
-    return outcome_of(lambda: counter.remote().missing_method())
+    # what the call returned, by type name (an RRef cannot travel back to pytest)
+    return outcome_of(lambda: type(counter.remote().missing_method()).__name__)
 
 
 # ---------------------------------------------------------------- clauses
@@ -38,3 +39,10 @@ def test_forked_user_rref_is_confirmed_inside_the_callee(rpc_agent):
     """A function receiving a user RRef forked by another user sees confirmed_by_owner() True (the owner confirmed first)."""
     for rank, got in enumerate(rpc_agent.run(forked_user_rref_confirmed_inside_callee)):
         assert not got.raised and got.value == (True, False), f"rank {rank}: inside the callee {got.describe()}"
+
+
+def test_remote_proxy_of_a_missing_method_raises_at_the_call(rpc_agent):
+    """rref.remote().missing_method() raises AttributeError at the call (the owner's value type is checked first)."""
+    for rank, got in enumerate(rpc_agent.run(remote_proxy_of_missing_method)):
+        assert got.error_type == "AttributeError" and "missing_method" in got.error, \
+            f"rank {rank}: rref.remote().missing_method() {got.describe()}"

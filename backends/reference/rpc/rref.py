@@ -202,7 +202,17 @@ class _Proxy:
 
 
 def _invoke_on_owner(rref, rpc_api, func_name, timeout, *args, **kwargs):
+    if rpc_api is calls.remote:
+        # torch (rref_proxy._invoke_rpc) asks the owner for the value's type first: a
+        # missing method raises AttributeError here, not in a creation that fails later
+        _check_method(rref._get_type(timeout=timeout), func_name)
     return rpc_api(rref._owner, _run_method, args=(rref, func_name, args, kwargs), timeout=timeout)
+
+
+def _check_method(rref_type: type, func_name: str) -> None:
+    """torch's lookup on the type (ScriptModules bypass it): AttributeError when it has no such attribute."""
+    if not issubclass(rref_type, (torch.jit.ScriptModule, torch._C.ScriptModule)):
+        getattr(rref_type, func_name)
 
 
 @functions.async_execution
@@ -210,7 +220,8 @@ def _run_method(rref, func_name, args, kwargs):
     """On the owner: one call, whether the method is an @async_execution one (its Future) or not.
 
     torch first asks the owner for the value's type (one more round trip);
-    looking at the method where it runs gives the same answer in one.
+    looking at the method where it runs gives the same answer in one (for
+    remote() the type is still asked first, see _invoke_on_owner).
     """
     method = getattr(rref.local_value(), func_name)
     if hasattr(method, "_wrapped_async_rpc_function"):
