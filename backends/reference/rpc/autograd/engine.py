@@ -40,6 +40,7 @@ hop back to the caller (torch's texts).
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from functools import partial
@@ -118,6 +119,10 @@ class BackwardPass:
         self.outstanding = 0
         self.finished = False
         self.started = time.monotonic()
+        # The caller's pass: its thread, waiting in wait(), runs what becomes ready (True put
+        # here) in its own thread-local state (profiler, grad mode), as torch's graph task
+        # runs its nodes under the caller's ThreadLocalState. None: run on the delivering thread.
+        self.runner: queue.SimpleQueue | None = None
         recv_by_node = {record.node: record for record in context.recv.values()}
         self.sources: dict = {}
         for i, root in enumerate(roots):
@@ -145,7 +150,11 @@ class BackwardPass:
                                    "waiting for gradients in this backward pass")
             source.seed = grads
             source.ready = True
-        self.run_ready()
+            runner = self.runner
+        if runner is not None:
+            runner.put(True)  # the caller's thread runs it (wait())
+        else:
+            self.run_ready()
 
     def run_ready(self) -> None:
         """Run every source that has its gradients and has not run yet (one local engine call)."""
@@ -327,6 +336,7 @@ def start_backward(context_id: int, roots, retain_graph: bool, agent) -> Backwar
         if context.backward is not None:
             raise RuntimeError(ALREADY_RUNNING.format(context_id))
         backward = context.backward = BackwardPass(context, roots, retain_graph, agent)
+        backward.runner = queue.SimpleQueue()  # this thread drives the pass (wait())
     backward.run_ready()
     return backward
 
@@ -338,14 +348,21 @@ def wait(backward: BackwardPass, timeout: float) -> None:
     wait; with none outstanding and sources still waiting after ``timeout``,
     no gradient can come any more: fail, naming them.
     """
-    done = threading.Event()
-    backward.future.add_done_callback(lambda _: done.set())
-    while not done.wait(timeout if timeout > 0 else None):
-        if backward.outstanding == 0:
-            waiting = [f"send function {key[1]}" for key in backward.waiting_for() if key[0] == "send"]
-            backward.fail(UNUSED_SEND.format(timeout=timeout, context=backward.context.id,
-                                             waiting=", ".join(waiting) or "a source"))
-            break
+    runner = backward.runner
+    if runner is None:  # not started by start_backward: nothing for this thread to run
+        runner = backward.runner = queue.SimpleQueue()
+    backward.future.add_done_callback(lambda _: runner.put(None))
+    while not backward.future.done():
+        try:
+            item = runner.get(timeout=timeout if timeout > 0 else None)
+        except queue.Empty:
+            if backward.outstanding == 0 and not backward.future.done():
+                waiting = [f"send function {key[1]}" for key in backward.waiting_for() if key[0] == "send"]
+                backward.fail(UNUSED_SEND.format(timeout=timeout, context=backward.context.id,
+                                                 waiting=", ".join(waiting) or "a source"))
+            continue
+        if item is not None:
+            backward.run_ready()  # a send function got its gradients: run it here
     backward.future.wait()
 
 
