@@ -67,11 +67,17 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
 
 def start_reference(spec: "AgentSpec", *, rank: int, world_size: int, store, init_file: str, rpc_timeout: float,
                     num_worker_threads: int, faults: Faults | None) -> None:
-    """The reference package's init_rpc over ``spec.transport``, rendezvous on ``store``."""
+    """The reference package's init_rpc over ``spec.transport``, rendezvous at ``init_file`` as TensorPipe's.
+
+    Like torch's init_rpc, the reference one then gives its store the RPC
+    timeout: what a user's agent has, so a wait that wrongly inherits it shows
+    (graceful shutdown has none). Without ``init_file`` it rendezvouses on ``store``.
+    """
     rpc = importlib.import_module(spec.module)
+    rendezvous = {"init_method": f"file://{init_file}"} if init_file else {"store": store}
     options = rpc.ReferenceRpcBackendOptions(agent=spec.name, transport=spec.transport,
                                              num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
-                                             store=store, faults=faults)
+                                             faults=faults, **rendezvous)
     rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, rpc_backend_options=options)
 
 

@@ -7,7 +7,9 @@ per call, leaf -> gradient, only leaves that require grad), never written to
 ``.grad`` (None stays None, a preset value stays). A tensor sent with
 requires_grad but unused by the callee gets zeros; each gradient keeps its
 leaf's dtype and shape (views, 0-d tensors; a tensor passed twice gets both
-shares); tensor hooks apply to the stored gradient. A purely local graph
+shares); tensor hooks apply to the stored gradient, and a post hook on a
+leaf's AccumulateGrad node runs once per backward (DDP's reducer hooks
+there), with ``.grad`` still untouched. A purely local graph
 works inside a context; backward may run from a thread without a current
 context, and several contexts may run backward concurrently.
 """
@@ -87,6 +89,21 @@ def local_graph():
         mod.backward(context_id, [(t1 + t2).sum()])
         grads = mod.get_gradients(context_id)
         return len(grads), grads[t1], grads[t2], t1.grad
+
+
+def accumulate_grad_hooked_leaf():
+    mod = autograd()
+    t1, t2 = leaves([1.0, 2.0], [3.0, 4.0])
+    accumulate_grad = t1.view_as(t1).grad_fn.next_functions[0][0]  # a leaf has no grad_fn of its own
+    calls = []
+    accumulate_grad.register_hook(lambda grad_inputs, grad_outputs: calls.append(1))
+    runs = []
+    for _ in range(2):
+        with mod.context() as context_id:
+            loss = rpc().rpc_sync(peer_name(), mul, args=(t1, t2)).sum()
+            mod.backward(context_id, [loss])
+        runs.append(len(calls))
+    return runs, t1.grad
 
 
 def hooked_leaf():
@@ -208,6 +225,13 @@ def test_tensor_hooks_apply_to_the_stored_gradient(rpc_agent):
     for rank, (g1, g2) in enumerate(rpc_agent.run(hooked_leaf)):
         assert torch.equal(g1, torch.tensor([6.0, 8.0])) and torch.equal(g2, torch.tensor([1.0, 2.0])), \
             f"rank {rank}: gradients {g1} (hooked x2), {g2}"
+
+
+def test_accumulate_grad_post_hook_runs_once_per_backward(rpc_agent):
+    """A post hook on a leaf's AccumulateGrad node runs exactly once per distributed backward; .grad stays None."""
+    for rank, (runs, grad) in enumerate(rpc_agent.run(accumulate_grad_hooked_leaf)):
+        assert runs == [1, 2] and grad is None, \
+            f"rank {rank}: the AccumulateGrad post hook had run {runs} times after backward 1 and 2; t1.grad {grad}"
 
 
 def test_several_results_of_one_call(rpc_agent):

@@ -20,6 +20,7 @@ from fixtures.rank import ctx
 
 SLOW_S = 0.6  # a call that is still running while the clause looks at its future
 MANY = 8
+NESTED_TIMEOUT_S = 5.0  # the nested call's own timeout: a deadlocked agent fails the clause in this time
 
 
 # ---------------------------------------------------------------- rank side
@@ -36,6 +37,16 @@ def then_chain():
     doubled = fut.then(lambda f: seen.append("first") or f.wait() * 2)
     plus_one = doubled.then(lambda f: seen.append("second") or f.wait() + 1)
     return plus_one.wait(), seen
+
+
+def then_waits_on_another_rpc():
+    rpc = lifecycle.rpc()
+
+    def add_one_remotely(fut):  # blocks the thread completing ``fut`` until the nested call answers
+        return rpc.rpc_async(peer_name(), torch.add, args=(fut.wait(), 1), timeout=NESTED_TIMEOUT_S).wait()
+
+    fut = rpc.rpc_async(peer_name(), torch.add, args=(torch.ones(2), 1), timeout=NESTED_TIMEOUT_S)
+    return outcome_of(lambda: fut.then(add_one_remotely).wait())
 
 
 def wait_all_values():
@@ -72,6 +83,12 @@ def test_then_continuations_run_in_order(rpc_agent):
     for rank, (value, seen) in enumerate(rpc_agent.run(then_chain)):
         assert torch.equal(value, (torch.ones(2) + rank) * 2 + 1), f"rank {rank}: {value}"
         assert seen == ["first", "second"], f"rank {rank}: continuations ran as {seen}"
+
+
+def test_then_callback_may_wait_on_another_rpc(rpc_agent):
+    """A then() callback that waits on another RPC to the same peer completes (tensor([3., 3.])), no deadlock."""
+    for rank, got in enumerate(rpc_agent.run(then_waits_on_another_rpc)):
+        assert not got.raised and torch.equal(got.value, torch.full((2,), 3.0)), f"rank {rank}: {got.describe()}"
 
 
 def test_wait_all_returns_values_in_order(rpc_agent):

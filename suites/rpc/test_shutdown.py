@@ -3,11 +3,13 @@
 ``shutdown(graceful=True)`` on every worker returns only after outstanding
 calls completed, so a future taken before shutdown holds its value. A call
 made after shutdown raises RuntimeError saying RPC is not initialised (or
-shut down), never hangs or reaches a peer. (Each clause runs on an agent of
-its own, as it ends it.)
+shut down), never hangs or reaches a peer. Graceful shutdown has no timeout of
+its own: workers that reach it further apart than the RPC timeout all return.
+(Each clause runs on an agent of its own, as it ends it.)
 """
 
 import re
+import time
 
 import pytest
 import torch
@@ -19,6 +21,8 @@ from suites.rpc.common import outcome_of, peer_name
 from fixtures.rank import ctx
 
 IN_FLIGHT_S = 0.5
+SHORT_RPC_TIMEOUT_S = 0.5  # the agent's RPC timeout while one worker reaches shutdown late
+LATE_S = 1.5  # how much later than the others rank 1 calls shutdown (three RPC timeouts)
 CLEAR_ERROR = r"(?i)not (been )?initiali[sz]ed|init_rpc|shut ?down"
 
 pytestmark = pytest.mark.rpc_private_agent
@@ -34,6 +38,13 @@ def shutdown_with_work_in_flight():
     return done, values
 
 
+def shutdown_with_a_late_worker():
+    with lifecycle.private_agent(rpc_timeout=SHORT_RPC_TIMEOUT_S):
+        if ctx.rank == 1:
+            time.sleep(LATE_S)
+        return outcome_of(lifecycle.stop, graceful=True)
+
+
 def call_after_shutdown():
     with lifecycle.private_agent() as rpc:
         lifecycle.stop(graceful=True)
@@ -46,6 +57,12 @@ def test_graceful_shutdown_completes_work_in_flight(rpc_agent):
     for rank, (done, values) in enumerate(rpc_agent.run(shutdown_with_work_in_flight)):
         assert all(done), f"rank {rank}: futures done after graceful shutdown: {done}"
         assert values == [rank * 10 + i for i in range(3)], f"rank {rank}: values {values}"
+
+
+def test_graceful_shutdown_waits_for_a_late_worker_beyond_the_rpc_timeout(rpc_agent):
+    """Graceful shutdown waits for a worker that reaches it 3 RPC timeouts later; every worker's returns."""
+    for rank, got in enumerate(rpc_agent.run(shutdown_with_a_late_worker)):
+        assert not got.raised, f"rank {rank}: shutdown with rank 1 {LATE_S} s late {got.describe()}"
 
 
 def test_call_after_shutdown_raises_clear_error(rpc_agent, record_property):

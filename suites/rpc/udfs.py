@@ -192,3 +192,8 @@ def call_and_wait(fn, *args):
 
 def sorted_keys(mapping: dict) -> list[str]:
     return sorted(mapping)
+
+
+def rref_confirmed_here(rref):
+    """Run on a user that received ``rref`` in this call: is its fork confirmed by the owner, and is this the owner."""
+    return rref.confirmed_by_owner(), rref.is_owner()

@@ -74,6 +74,8 @@ WATCHDOG_TICK_S = 0.02
 ID_BITS = 40  # message ids below 2**40 share a deadline heap entry with their deadline
 ID_MASK = (1 << ID_BITS) - 1
 IDLE_POLL_S = 0.002
+# shutdown(timeout=0) waits for late workers as long as it takes (7 days: within int32 ms)
+UNBOUNDED_SHUTDOWN_WAIT = timedelta(days=7)
 
 # torch's texts (torch/csrc/distributed/rpc/rpc_agent.h kRpcTimeoutErrorStr with the
 # "RPCErr:1:" prefix of RPCErrorType::TIMEOUT, as TensorPipe's rpc_sync raises it)
@@ -196,6 +198,9 @@ class Agent:
         # request is handled in the layer's scope and its response wrapped by the layer
         self._wrapped: dict[tuple, tuple] = {}
         self._threads: list[threading.Thread] = []
+        # (caller rank, msg id) -> Future of the owners' confirmations of the user RRefs that
+        # request carries (owners.py confirm); the request runs once they all came
+        self._confirming: dict[tuple, torch.futures.Future] = {}
 
     # ================================================================ life
     def start(self) -> None:
@@ -270,8 +275,8 @@ class Agent:
             keys = [f"shutdown/{round_}/{r}" for r in range(self.world_size)]
             if deadline is not None:
                 self.store.wait(keys, timedelta(seconds=max(0.001, deadline - time.monotonic())))
-            else:
-                self.store.wait(keys)
+            else:  # torch's graceful shutdown has no timeout: never the store's (the RPC timeout)
+                self.store.wait(keys, UNBOUNDED_SHUTDOWN_WAIT)
             counts = [tuple(int(x) for x in self.store.get(key).decode().split(",")) for key in keys]
             totals = (sum(c[0] for c in counts), sum(c[1] for c in counts))
             if totals[0] == totals[1] and totals == previous:
@@ -511,7 +516,7 @@ class Agent:
         if frame.kind in REMOTES:
             # decoded here, in delivery order: the caller's fork must be registered
             # before any later delete from that caller (rref.py)
-            job = (src, frame, self._decode(frame))
+            job = (src, frame, self._decode(src, frame))
             if not isinstance(job[2], BaseException) and job[2][5] is not None:
                 rref_id, fork_id = job[2][5]
                 self.rrefs.add_fork(tuple(rref_id), tuple(fork_id))
@@ -544,9 +549,14 @@ class Agent:
             finally:
                 slots.put(slot)
 
-    def _decode(self, frame: Frame):
+    def _decode(self, src: int, frame: Frame):
+        """The request's payload; user RRefs forked to us by another user start their owners' confirmation."""
         try:
-            return serialize.loads(frame.header, frame.tensors)
+            with self.rrefs.decoding() as forks:
+                decoded = serialize.loads(frame.header, frame.tensors)
+            if forks:  # _handle_call runs the request once every owner confirmed (torch's pending RRefs)
+                self._confirming[(src, frame.msg_id)] = self.rrefs.confirm(forks)
+            return decoded
         except AttributeError as exc:  # torch's internal.deserialize() addition
             error = AttributeError(str(exc) + UDF_NOT_FOUND)
             error.__cause__ = exc
@@ -606,7 +616,11 @@ class Agent:
         chained = False  # True once a callback owns the answer (and the finished count)
         try:
             if decoded is None:
-                decoded = self._decode(frame)
+                decoded = self._decode(src, frame)
+            confirming = self._confirming.pop((src, msg_id), None) if self._confirming else None
+            if confirming is not None:
+                for confirmation in confirming.wait():
+                    confirmation.wait()  # a fork the owner cannot confirm fails the request
             if isinstance(decoded, BaseException):
                 try:
                     raise decoded

@@ -15,7 +15,7 @@ import threading
 import torch
 
 from .failures import Failure, raise_remote
-from .rref import RRef
+from .rref import RRef, confirm_with_owner
 from .transport import Kind
 
 log = logging.getLogger(__name__)
@@ -24,13 +24,17 @@ K_USER_DELETE, K_FORK_REQUEST = int(Kind.RREF_USER_DELETE), int(Kind.RREF_FORK_R
 
 
 class OwnerEntry:
-    __slots__ = ("value", "users", "tombstones", "created")
+    __slots__ = ("value", "users", "tombstones", "created", "awaited")
 
     def __init__(self):
         self.value = torch.futures.Future()
         self.users: set = set()
         self.tombstones: set = set()
         self.created = False
+        self.awaited: dict = {}  # fork id -> futures of users waiting for its registration
+
+
+_decoding = threading.local()  # .forks: unconfirmed user RRefs made while one message is decoded
 
 
 class OwnerTable:
@@ -80,7 +84,36 @@ class OwnerTable:
                 self._maybe_free(rref_id, entry)
             else:
                 entry.users.add(fork_id)
-            return entry
+            waiting = entry.awaited.pop(fork_id, ())
+        for fut in waiting:
+            fut.set_result(True)
+        return entry
+
+    def fork_registered(self, rref_id, fork_id) -> torch.futures.Future:
+        """On the owner: completes once ``fork_id`` is registered (its parent's fork request arrived)."""
+        fut = torch.futures.Future()
+        with self.lock:
+            entry = self._entry(rref_id)
+            if fork_id not in entry.users:
+                entry.awaited.setdefault(fork_id, []).append(fut)
+                return fut
+        fut.set_result(True)
+        return fut
+
+    # ------------------------------------------------ a user confirms the forks it received
+    @staticmethod
+    def decoding():
+        """Around decoding one request: collects the unconfirmed user RRefs it makes (see ``confirm``)."""
+        return _CollectForks()
+
+    def confirm(self, forks: list) -> torch.futures.Future:
+        """Ask each owner to confirm these forks (torch's fork ACK); completes when every one is confirmed.
+
+        torch runs a function that received user RRefs only once their owners
+        acknowledged the forks, so ``confirmed_by_owner()`` is True inside it.
+        """
+        confirmations = [confirm_with_owner(rref) for rref in forks]
+        return torch.futures.collect_all(confirmations)
 
     def delete_fork(self, rref_id, fork_id) -> None:
         with self.lock:
@@ -137,7 +170,11 @@ class OwnerTable:
         return RRef._make(self.agent, self.new_id(), self.new_id(), owner, confirmed=False)
 
     def from_fork(self, rref_id, fork_id, owner, confirmed) -> RRef:
-        return RRef._make(self.agent, rref_id, fork_id, owner, confirmed or owner == self.agent.rank)
+        rref = RRef._make(self.agent, rref_id, fork_id, owner, confirmed or owner == self.agent.rank)
+        forks = getattr(_decoding, "forks", None)
+        if forks is not None and not rref.confirmed_by_owner():
+            forks.append(rref)
+        return rref
 
     def release(self, owner: int, rref_id, fork_id) -> None:
         """An RRef object is gone (called from __del__: only queue, never send here)."""
@@ -168,3 +205,15 @@ class OwnerTable:
             return entry.value.wait()
         except Failure as exc:  # remote() failed: the owner raises the creation's error, as torch's OwnerRRef
             raise raise_remote(*exc.failure) from None
+
+
+class _CollectForks:
+    """``with OwnerTable.decoding() as forks``: the unconfirmed user RRefs made in this thread meanwhile."""
+
+    def __enter__(self) -> list:
+        self._outer = getattr(_decoding, "forks", None)
+        _decoding.forks = []
+        return _decoding.forks
+
+    def __exit__(self, *exc) -> None:
+        _decoding.forks = self._outer

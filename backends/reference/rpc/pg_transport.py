@@ -2,7 +2,11 @@
 
 The design is PyTorch's ProcessGroupAgent (removed in 1.9): every message is
 tagged send/recv on a process group, and one listener thread per rank
-receives from any source. Here the group is created collectively in
+receives from any source. The listener delivers in place; a delivery still
+busy after ``HANDOVER_S`` (a Future's callback that waits on another RPC)
+hands receiving to a fresh listener thread (leader/follower, as reference-tp
+does per connection), so a blocked callback never blocks the responses it
+waits for. Here the group is created collectively in
 ``start()`` with ``dist.new_group`` on the default group's backend, so RPC
 traffic never shares tags with the default group and the backend under test
 (gloo, the project's ``reference``, a vendor's) carries every byte.
@@ -97,6 +101,7 @@ SHUTDOWN_JOIN_S = 10.0  # bound of a shutdown whose peers do not answer
 LAST_STOP_GRACE_S = 0.5  # the listener's last steps after the last STOP arrived
 START_TIMEOUT_S = 60.0
 RECV_DEPTH = 8  # receives from any source kept posted by the listener
+HANDOVER_S = 0.02  # a delivery busy this long hands receiving to a fresh listener thread
 # Metas to one peer posted and not yet taken before further small frames wait in an
 # outbox and leave together, in one batch meta, when one of those completes.
 SEND_WINDOW = 2
@@ -132,7 +137,10 @@ class PgTransport(Transport):
         self._world_size = 0
         self._deliver = None
         self._on_peer_lost = None
-        self._listener: threading.Thread | None = None
+        self._listener: threading.Thread | None = None  # the thread receiving now (see _read_loop)
+        self._busy: tuple | None = None  # (listener, since) while the listener delivers a frame
+        self._posted: collections.deque = collections.deque()  # (meta, work): receives from any source
+        self._ready: collections.deque = collections.deque()  # (src, frame) received, not yet delivered
         self._state = threading.Lock()  # guards the sets and flags below
         self._dst_locks: dict[int, threading.RLock] = {}  # reentrant: _post may _lose the peer
         self._outbox: dict[int, list[bytes]] = {}  # peer -> inline records waiting for a batch meta
@@ -343,50 +351,86 @@ class PgTransport(Transport):
         # incoming frame at once (gloo hands a send over only once a receive is posted, a
         # rendezvous its own threads then finish without us). The backend matches them in
         # the order they were posted, and we take them in that order: per-peer order holds.
-        posted = collections.deque()
         try:
             for _ in range(self.recv_depth):
                 meta = torch.zeros(META_BYTES, dtype=torch.uint8)
-                posted.append((meta, group.recv_anysource([meta], META_TAG)))
+                self._posted.append((meta, group.recv_anysource([meta], META_TAG)))
         except Exception as exc:
             self._listener_failed(f"posting a receive from any rank failed: {exc}")
             return
+        threading.Thread(target=self._monitor, name=f"reference-pg-monitor-r{self._rank}", daemon=True).start()
+        self._read_loop()
+
+    def _read_loop(self) -> None:
+        """Receive and deliver frames while this thread is the listener.
+
+        Leader/follower, as reference-tp: a delivery may block (a response
+        completes a Future whose ``then`` callback waits on another RPC); the
+        monitor then makes a fresh thread the listener, which delivers the
+        frames still ready (``_ready``, per-peer order kept) and receives on,
+        and this thread ends once its delivery returns. Only the listener
+        touches ``_posted`` and ``_ready``.
+        """
+        me = threading.current_thread()
+        group, posted, ready = self._group, self._posted, self._ready
         while True:
-            try:
-                meta, work = posted.popleft()
-                work.wait()
-                src = work._source_rank()
-                raw = meta.numpy().tobytes()  # a copy: the buffer is posted again right away
-                posted.append((meta, group.recv_anysource([meta], META_TAG)))
-            except Exception as exc:
-                self._listener_failed(f"receiving from any rank failed: {exc}")
-                return
-            self.metas_received += 1
-            try:
-                frames = self._read_rest(group, src, raw)
-            except ProtocolError as exc:
-                # That peer's stream is garbled; others keep working.
-                self._lose(src, str(exc))
-                with self._state:
-                    self._stop_received.add(src)
-                if self._all_peers_done():
+            if not ready:
+                try:
+                    meta, work = posted.popleft()
+                    work.wait()
+                    src = work._source_rank()
+                    raw = meta.numpy().tobytes()  # a copy: the buffer is posted again right away
+                    posted.append((meta, group.recv_anysource([meta], META_TAG)))
+                except Exception as exc:
+                    self._listener_failed(f"receiving from any rank failed: {exc}")
                     return
-                continue
-            except Exception as exc:
-                self._listener_failed(f"receiving a frame from rank {src} failed: {exc}")
-                return
-            for frame in frames:
-                if frame is None:  # STOP (always alone in its meta)
-                    if self._peer_stopped(src):
+                self.metas_received += 1
+                try:
+                    ready.extend((src, frame) for frame in self._read_rest(group, src, raw))
+                except ProtocolError as exc:
+                    # That peer's stream is garbled; others keep working.
+                    self._lose(src, str(exc))
+                    with self._state:
+                        self._stop_received.add(src)
+                    if self._all_peers_done():
                         return
                     continue
-                self.frames_received += 1
-                if self._dropping:
+                except Exception as exc:
+                    self._listener_failed(f"receiving a frame from rank {src} failed: {exc}")
+                    return
+                continue
+            src, frame = ready.popleft()
+            if frame is None:  # STOP (always alone in its meta)
+                if self._peer_stopped(src):
+                    return
+                continue
+            self.frames_received += 1
+            if self._dropping:
+                continue
+            self._busy = (me, time.monotonic())
+            try:
+                self._deliver(src, frame)
+            except Exception:  # the agent's bug must not kill the only receiver
+                log.exception("reference-pg: deliver() raised for a frame from rank %d", src)
+            with self._state:
+                if self._listener is not me:
+                    return  # handed over while delivering: the new listener goes on
+                self._busy = None
+
+    def _monitor(self) -> None:
+        """Make a fresh thread the listener when the listener has been delivering for HANDOVER_S."""
+        while not self._dropping:
+            time.sleep(HANDOVER_S)
+            with self._state:
+                busy, listener = self._busy, self._listener
+                if listener is None or not listener.is_alive():
+                    return  # the listener ended (every peer stopped, or it failed): nothing to hand on
+                if busy is None or busy[0] is not listener or time.monotonic() - busy[1] < HANDOVER_S:
                     continue
-                try:
-                    self._deliver(src, frame)
-                except Exception:  # the agent's bug must not kill the only receiver
-                    log.exception("reference-pg: deliver() raised for a frame from rank %d", src)
+                self._busy = None
+                self._listener = threading.Thread(target=self._read_loop, daemon=True,
+                                                  name=f"reference-pg-listener-r{self._rank}")
+                self._listener.start()
 
     def _read_rest(self, group, src: int, raw: bytes) -> list:
         def receive(nbytes: int) -> torch.Tensor:

@@ -206,7 +206,17 @@ class _Proxy:
 
 
 def _invoke_on_owner(rref, rpc_api, func_name, timeout, *args, **kwargs):
+    if rpc_api is calls.remote:
+        # torch (rref_proxy._invoke_rpc) asks the owner for the value's type first: a
+        # missing method raises AttributeError here, not in a creation that fails later
+        _check_method(rref._get_type(timeout=timeout), func_name)
     return rpc_api(rref._owner, _run_method, args=(rref, func_name, args, kwargs), timeout=timeout)
+
+
+def _check_method(rref_type: type, func_name: str) -> None:
+    """torch's lookup on the type (ScriptModules bypass it): AttributeError when it has no such attribute."""
+    if not issubclass(rref_type, (torch.jit.ScriptModule, torch._C.ScriptModule)):
+        getattr(rref_type, func_name)
 
 
 @functions.async_execution
@@ -214,7 +224,8 @@ def _run_method(rref, func_name, args, kwargs):
     """On the owner: one call, whether the method is an @async_execution one (its Future) or not.
 
     torch first asks the owner for the value's type (one more round trip);
-    looking at the method where it runs gives the same answer in one.
+    looking at the method where it runs gives the same answer in one (for
+    remote() the type is still asked first, see _invoke_on_owner).
     """
     method = getattr(rref.local_value(), func_name)
     if hasattr(method, "_wrapped_async_rpc_function"):
@@ -222,6 +233,27 @@ def _run_method(rref, func_name, args, kwargs):
     done = torch.futures.Future()
     done.set_result(method(*args, **kwargs))
     return done
+
+
+def confirm_with_owner(rref: RRef) -> torch.futures.Future:
+    """A user received ``rref`` forked by another user: ask its owner to confirm the fork (torch's ACK).
+
+    Completes (and the RRef reports ``confirmed_by_owner()``) once the owner
+    registered the fork, i.e. its parent's fork request arrived there.
+    """
+    fut = calls.rpc_async(rref._owner, _fork_registered_on_owner, args=(rref.rref_id, rref.fork_id))
+
+    def confirmed(done):
+        done.wait()  # the owner's error, if any, is the caller's
+        rref._confirm()
+        return True
+
+    return fut.then(confirmed)
+
+
+@functions.async_execution
+def _fork_registered_on_owner(rref_id, fork_id):
+    return current.agent().rrefs.fork_registered(tuple(rref_id), tuple(fork_id))
 
 
 def _type_on_owner(rref):

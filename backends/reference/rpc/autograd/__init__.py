@@ -31,12 +31,15 @@ Knowing differences from torch (the contract suite holds them as data):
 
 from __future__ import annotations
 
+import torch
+
 from .container import CONTAINER, DistAutogradContext
 from . import engine as _engine
 from . import service as _service
 
 __all__ = ["context", "is_available"]
 
+BACKWARD_RANGE = "torch::distributed::autograd::backward"  # the profiler range of a backward (torch's name)
 _BACKWARD_SIGNATURE = ("backward(): incompatible function arguments. The following argument types are supported:\n"
                        "    1. (contextId: typing.SupportsInt, roots: collections.abc.Sequence[torch.Tensor], "
                        "retain_graph: bool = False) -> None\n\nInvoked with: {}")
@@ -116,8 +119,9 @@ def backward(*args, **kwargs) -> None:
     """
     context_id, roots, retain_graph = _parse_backward(args, kwargs)
     agent = _service._agent()
-    running = _engine.start_backward(context_id, roots, retain_graph, agent)
-    _engine.wait(running, agent.default_timeout)
+    with torch.autograd.profiler.record_function(BACKWARD_RANGE):  # torch's RECORD_FUNCTION (dist_engine.cpp)
+        running = _engine.start_backward(context_id, roots, retain_graph, agent)
+        _engine.wait(running, agent.default_timeout)
 
 
 def get_gradients(context_id: int) -> dict:

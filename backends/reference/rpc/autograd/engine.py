@@ -9,10 +9,13 @@ Sources are the roots (seed: ones) and *every* send function of the context
 once per pass, from the peer's recv function). Sinks are the leaves (their
 gradients accumulate into the context, never into ``.grad``) and the recv
 functions (their gradients go back to the worker that sent the message).
-The local engine is torch's: ``torch.autograd.grad`` from the sources that
-are ready, with the sinks they reach as ``inputs`` (leaves, and
-``GradientEdge``s into recv nodes), so hooks, dtype casts and freed-buffer
-errors are torch's own.
+The local engine is torch's: ``torch.autograd.backward`` from the sources
+that are ready, so hooks, dtype casts and freed-buffer errors are torch's
+own. As in torch's engine (DistAccumulateGradCaptureHook) a leaf's
+AccumulateGrad node runs with its pre and post hooks (DDP's reducer hooks
+there), a pre hook registered for the run taking the gradient for the
+context and leaving none for ``.grad``; a pre hook on each recv node takes
+the gradients flowing into it (``_run_engine``).
 
 Why per source rather than one local run: a source's gradients may arrive
 only after this worker's other parts ran (A -> B -> A: A's nested response
@@ -37,8 +40,10 @@ hop back to the caller (torch's texts).
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
+from functools import partial
 
 import torch
 
@@ -94,7 +99,7 @@ def _walk(source: _Source, recv_by_node: dict) -> None:
             continue
         variable = getattr(node, "variable", None)
         if variable is not None and type(node).__name__ == "AccumulateGrad":
-            leaves[id(variable)] = variable
+            leaves[id(variable)] = node  # the leaf's AccumulateGrad node (its variable is the leaf)
             continue
         interior.add(node)  # may hold saved tensors: what retain_graph is about (leaves and sinks hold none)
         stack.extend(fn for fn, _ in node.next_functions)
@@ -114,6 +119,10 @@ class BackwardPass:
         self.outstanding = 0
         self.finished = False
         self.started = time.monotonic()
+        # The caller's pass: its thread, waiting in wait(), runs what becomes ready (True put
+        # here) in its own thread-local state (profiler, grad mode), as torch's graph task
+        # runs its nodes under the caller's ThreadLocalState. None: run on the delivering thread.
+        self.runner: queue.SimpleQueue | None = None
         recv_by_node = {record.node: record for record in context.recv.values()}
         self.sources: dict = {}
         for i, root in enumerate(roots):
@@ -141,7 +150,11 @@ class BackwardPass:
                                    "waiting for gradients in this backward pass")
             source.seed = grads
             source.ready = True
-        self.run_ready()
+            runner = self.runner
+        if runner is not None:
+            runner.put(True)  # the caller's thread runs it (wait())
+        else:
+            self.run_ready()
 
     def run_ready(self) -> None:
         """Run every source that has its gradients and has not run yet (one local engine call)."""
@@ -174,33 +187,23 @@ class BackwardPass:
                 seeds.append(source.seed)
             nodes |= source.nodes
             for leaf in source.leaves:
-                leaves[id(leaf)] = leaf
+                leaves[id(leaf.variable)] = leaf  # AccumulateGrad nodes, one per leaf
             for record in source.recvs:
                 recvs[record.msg_id] = record
         later = [s for s in self.sources.values() if not s.done and s not in batch]
         # keep the graph while a source still to run shares a node with this run
         retain = self.retain_graph or any(nodes & s.nodes for s in later)
-        leaf_list = list(leaves.values())
-        edges, owners = [], []
-        for record in recvs.values():
-            for i, edge in enumerate(record.edges()):
-                edges.append(edge)
-                owners.append((record.msg_id, i))
-        inputs = leaf_list + edges
-        if inputs:
-            grads = torch.autograd.grad(outputs, inputs, seeds, retain_graph=retain, allow_unused=True)
-        else:
-            grads = ()
+        leaf_grads, recv_grads = _run_engine(outputs, seeds, list(leaves.values()), list(recvs.values()), retain)
         for source in batch:
             source.done = True
             source.seed = None
-        for leaf, grad in zip(leaf_list, grads[:len(leaf_list)]):
-            if grad is not None:
-                self.context.accumulate(leaf, grad)
-        for (msg_id, i), grad in zip(owners, grads[len(leaf_list):]):
-            if grad is not None:
-                acc = self.recv_grads[msg_id]
-                acc[i] = grad if acc[i] is None else acc[i] + grad
+        for leaf, grad in leaf_grads:
+            self.context.accumulate(leaf, grad)
+        for msg_id, grads in recv_grads.items():
+            acc = self.recv_grads[msg_id]
+            for i, grad in enumerate(grads):
+                if grad is not None:
+                    acc[i] = grad if acc[i] is None else acc[i] + grad
         sends = []
         for msg_id in recvs:
             waiting = self.waiting_recvs[msg_id]
@@ -259,6 +262,59 @@ class BackwardPass:
             return [s.key for s in self.sources.values() if not s.done]
 
 
+_running = threading.local()  # .capture: the _Capture of the engine run on this thread
+
+
+class _Capture:
+    """What one local engine run captures: leaf gradients (at their AccumulateGrad) and recv inputs."""
+
+    def __init__(self):
+        self.leaves: list = []  # (leaf, gradient)
+        self.recvs: dict = {}  # recv msg id -> gradients flowing into its recv node
+
+    def leaf_prehook(self, node, grads):
+        """torch's DistAccumulateGradCaptureHook: after the node's own pre hooks (registered earlier),
+        take the gradient for the context and leave none for ``.grad``; the node's post hooks
+        still run (DDP's reducer hooks there)."""
+        if getattr(_running, "capture", None) is not self:
+            return None  # another thread's engine run (a local backward, another pass)
+        if grads[0] is not None:
+            self.leaves.append((node.variable, grads[0]))
+        return (None,)
+
+    def recv_prehook(self, msg_id, grads):
+        if getattr(_running, "capture", None) is self:
+            self.recvs[msg_id] = grads
+        return None
+
+
+def _run_engine(outputs: list, seeds: list, leaf_nodes: list, recvs: list, retain: bool) -> tuple[list, dict]:
+    """Run torch's engine from ``outputs``, executing the leaves' AccumulateGrad nodes (their hooks run,
+    as in torch's distributed engine) with the gradient captured for the context, ``.grad`` untouched.
+
+    CPU backward runs on the calling thread, so a thread-local marks whose run a hook sees.
+    """
+    capture = _Capture()
+    handles = [node.register_prehook(partial(capture.leaf_prehook, node)) for node in leaf_nodes]
+    handles += [record.node.register_prehook(partial(capture.recv_prehook, record.msg_id)) for record in recvs]
+    # torch's capture never runs AccumulateGrad itself, so the leaf's post-accumulate-grad hooks do not run
+    muted = [(node.variable, dict(hooks)) for node in leaf_nodes
+             if (hooks := getattr(node.variable, "_post_accumulate_grad_hooks", None))]
+    for variable, _ in muted:
+        variable._post_accumulate_grad_hooks.clear()
+    outer, _running.capture = getattr(_running, "capture", None), capture
+    try:
+        if leaf_nodes or recvs:
+            torch.autograd.backward(outputs, seeds, retain_graph=retain)
+    finally:
+        _running.capture = outer
+        for variable, hooks in muted:
+            variable._post_accumulate_grad_hooks.update(hooks)
+        for handle in handles:
+            handle.remove()
+    return capture.leaves, capture.recvs
+
+
 def _validate_roots(roots) -> list:
     if not roots:
         raise RuntimeError(NO_ROOTS)
@@ -280,6 +336,7 @@ def start_backward(context_id: int, roots, retain_graph: bool, agent) -> Backwar
         if context.backward is not None:
             raise RuntimeError(ALREADY_RUNNING.format(context_id))
         backward = context.backward = BackwardPass(context, roots, retain_graph, agent)
+        backward.runner = queue.SimpleQueue()  # this thread drives the pass (wait())
     backward.run_ready()
     return backward
 
@@ -291,14 +348,21 @@ def wait(backward: BackwardPass, timeout: float) -> None:
     wait; with none outstanding and sources still waiting after ``timeout``,
     no gradient can come any more: fail, naming them.
     """
-    done = threading.Event()
-    backward.future.add_done_callback(lambda _: done.set())
-    while not done.wait(timeout if timeout > 0 else None):
-        if backward.outstanding == 0:
-            waiting = [f"send function {key[1]}" for key in backward.waiting_for() if key[0] == "send"]
-            backward.fail(UNUSED_SEND.format(timeout=timeout, context=backward.context.id,
-                                             waiting=", ".join(waiting) or "a source"))
-            break
+    runner = backward.runner
+    if runner is None:  # not started by start_backward: nothing for this thread to run
+        runner = backward.runner = queue.SimpleQueue()
+    backward.future.add_done_callback(lambda _: runner.put(None))
+    while not backward.future.done():
+        try:
+            item = runner.get(timeout=timeout if timeout > 0 else None)
+        except queue.Empty:
+            if backward.outstanding == 0 and not backward.future.done():
+                waiting = [f"send function {key[1]}" for key in backward.waiting_for() if key[0] == "send"]
+                backward.fail(UNUSED_SEND.format(timeout=timeout, context=backward.context.id,
+                                                 waiting=", ".join(waiting) or "a source"))
+            continue
+        if item is not None:
+            backward.run_ready()  # a send function got its gradients: run it here
     backward.future.wait()
 
 

@@ -12,8 +12,8 @@ torch.autograd.Function nodes, so the graph stays torch's own:
   propagated to it (``node.grads``) and runs the local engine from it.
 * ``RecvRpc.apply(anchor, received)`` makes the received tensors (the same
   objects) outputs of one recv node (``.name()`` "RecvRpcBackward"). Its
-  backward never runs: the engine asks for the gradients flowing *into* it
-  (``GradientEdge(node, i)``) and sends them to the worker that sent the
+  backward gives nothing: the backward pass takes the gradients flowing
+  *into* it (a pre hook, engine.py) and sends them to the worker that sent the
   message. Its only next function is a shared 0-element anchor leaf (an
   autograd Function needs an input requiring grad to record anything).
 """
@@ -44,7 +44,7 @@ class RecvRpc(torch.autograd.Function):
         return tuple(received)
 
     @staticmethod
-    def backward(ctx, *grads):  # never run: the engine captures the gradients before this node
+    def backward(ctx, *grads):  # the pass took the gradients in a pre hook of this node (engine.py)
         return None, None
 
 
