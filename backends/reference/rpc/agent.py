@@ -811,4 +811,5 @@ class Agent:
 
 def _is_python_udf(func) -> bool:
     """Not a torch builtin, not TorchScript: a function torch would run through internal._run_function."""
-    return not isinstance(func, torch.jit.ScriptFunction) and torch.jit._builtins._find_builtin(func) is None
+    return (not isinstance(func, torch.jit.ScriptFunction) and not builtin_ops.is_operator(func)
+            and torch.jit._builtins._find_builtin(func) is None)

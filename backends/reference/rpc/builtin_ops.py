@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 
 _OPERATORS: dict[str, Callable] = {}  # qualified name -> its operator, looked up once per process
+_OPERATOR_IDS: set[int] = set()  # id() of every operator in _OPERATORS (they live as long as the process)
 # torch's caller's text (matchBuiltinOp) for a builtin no schema of its name accepts; none exists here
 NO_SCHEMA = "Overloaded torch operator invoked from Python failed to match any schema:\n"
 
@@ -53,4 +54,11 @@ def resolve(name: str) -> Callable:
         if operator is None:
             raise RuntimeError(f"Unknown builtin operator {name} on the callee")
         _OPERATORS[name] = operator
+        _OPERATOR_IDS.add(id(operator))
     return operator
+
+
+def is_operator(func) -> bool:
+    """Whether ``func`` is an operator ``resolve`` returned: a builtin, whose failure is the request's error
+    (torch runs builtins outside internal._run_function, so no profiler events travel with it)."""
+    return id(func) in _OPERATOR_IDS
