@@ -8,7 +8,8 @@ still runs as a strict xfail so the report shows the backend's real error.
 
 from __future__ import annotations
 
-from .spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
+from .spec import (MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap,
+                   ResourceBudget)
 
 INTEGER_DTYPES = ("int32", "int64", "uint8")
 
@@ -229,6 +230,10 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
         check_available=_gloo_available,
         gaps=GLOO_GAPS,
         description="Gloo over TCP, CPU tensors",
+        # measured on torch 2.13 (suites/soak/test_resources.py): per live group and rank one listening
+        # socket, a pair socket per peer and 3 more descriptors, 3 threads; freed when Python collects the
+        # group, not by destroy_process_group(group) alone. About 168 groups fill 1024 descriptors at ws3.
+        resource_budget=ResourceBudget(fds_fixed=4, fds_per_peer=1, threads_fixed=3),
     ),
     "nccl": BackendSpec(
         name="nccl",
