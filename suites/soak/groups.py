@@ -8,7 +8,6 @@ threaded communicator tests give each thread its own parent communicator.
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import torch
@@ -17,23 +16,23 @@ import torch.distributed.distributed_c10d as c10d
 
 from fixtures.rank import ctx
 
-_REGISTRY_LOCK = threading.Lock()  # torch's group tables (_world) are plain dicts written in several steps
-
 
 def named_group(name: str, timeout_s: float) -> dist.ProcessGroup:
-    """A new group over every rank of the world, named ``name`` on every rank."""
+    """A new group over every rank of the world, named ``name`` on every rank.
+
+    No lock is held around the construction: a gloo or reference group connects to its peers while it is
+    built, so a per-process lock would let two ranks each wait, holding it, for a group the other builds
+    (torch's tables are dicts whose single writes the GIL keeps whole)."""
     ranks = list(range(ctx.world_size))
-    with _REGISTRY_LOCK:
-        pg, _ = c10d._new_process_group_helper(
-            ctx.world_size, ctx.rank, ranks, dist.get_backend(), c10d._get_default_store(),
-            group_name=name, timeout=timedelta(seconds=timeout_s))
-        c10d._world.pg_group_ranks[pg] = {r: r for r in ranks}
+    pg, _ = c10d._new_process_group_helper(
+        ctx.world_size, ctx.rank, ranks, dist.get_backend(), ctx.store,
+        group_name=name, timeout=timedelta(seconds=timeout_s))
+    c10d._world.pg_group_ranks[pg] = {r: r for r in ranks}  # what new_group adds after the helper
     return pg
 
 
 def destroy(pg: dist.ProcessGroup) -> None:
-    with _REGISTRY_LOCK:
-        dist.destroy_process_group(pg)
+    dist.destroy_process_group(pg)
 
 
 def checked_all_reduce(pg: dist.ProcessGroup, salt: int, numel: int = 8) -> None:
