@@ -96,6 +96,8 @@ FEATURES: dict[str, str | None] = {
     "shrinking": "supports_shrinking",  # c10d Backend.supports_shrinking
     "time_estimate": "supports_time_estimate",  # c10d Backend.supports_time_estimate
     "tensor_alloc": "supports_tensor_alloc",  # c10d Backend.supports_tensor_alloc(device)
+    "concurrent_groups": None,  # operations on separate groups from separate threads at once (suites/soak)
+    "big_count": None,  # a collective over more than 2**31 elements (suites/soak)
 }
 
 # PyTorch's capability flags (c10d Backend properties, BackendConfig flags of
