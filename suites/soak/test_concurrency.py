@@ -64,20 +64,18 @@ def _destroy_all(live: list) -> None:
 
 def reduce_and_p2p_at_once(rounds: int) -> dict:
     live = _fresh_groups(2, "mixed")
-    try:
-        return run_threads({"all_reduce": functools.partial(_reduce_rounds, live[0], rounds, 1),
-                            "send_recv": functools.partial(_ring_rounds, live[1], rounds)}, THREAD_DEADLINE_S)
-    finally:
-        _destroy_all(live)
+    done = run_threads({"all_reduce": functools.partial(_reduce_rounds, live[0], rounds, 1),
+                        "send_recv": functools.partial(_ring_rounds, live[1], rounds)}, THREAD_DEADLINE_S)
+    _destroy_all(live)  # not after ThreadsStuck: a stuck thread may hold what destroying waits for
+    return done
 
 
 def reduces_on_own_groups(threads: int, rounds: int) -> dict:
     live = _fresh_groups(threads, "own")
-    try:
-        return run_threads({f"t{t}": functools.partial(_reduce_rounds, live[t], rounds, 10 * t)
-                            for t in range(threads)}, THREAD_DEADLINE_S)
-    finally:
-        _destroy_all(live)
+    done = run_threads({f"t{t}": functools.partial(_reduce_rounds, live[t], rounds, 10 * t)
+                        for t in range(threads)}, THREAD_DEADLINE_S)
+    _destroy_all(live)
+    return done
 
 
 def many_in_flight(group_count: int, per_group: int) -> int:
