@@ -98,6 +98,7 @@ FEATURES: dict[str, str | None] = {
     "tensor_alloc": "supports_tensor_alloc",  # c10d Backend.supports_tensor_alloc(device)
     "concurrent_groups": None,  # operations on separate groups from separate threads at once (suites/soak)
     "big_count": None,  # a collective over more than 2**31 elements (suites/soak)
+    "concurrent_group_creation": None,  # groups created from several threads at once over one store client
 }
 
 # PyTorch's capability flags (c10d Backend properties, BackendConfig flags of

@@ -17,15 +17,17 @@ import torch.distributed.distributed_c10d as c10d
 from fixtures.rank import ctx
 
 
-def named_group(name: str, timeout_s: float) -> dist.ProcessGroup:
+def named_group(name: str, timeout_s: float, store: dist.Store | None = None) -> dist.ProcessGroup:
     """A new group over every rank of the world, named ``name`` on every rank.
 
     No lock is held around the construction: a gloo or reference group connects to its peers while it is
     built, so a per-process lock would let two ranks each wait, holding it, for a group the other builds
-    (torch's tables are dicts whose single writes the GIL keeps whole)."""
+    (torch's tables are dicts whose single writes the GIL keeps whole). ``store``: the rendezvous store
+    (default: the case's); a thread that must not wait behind another thread's blocking store read passes
+    its own client (``ctx.store.clone()``)."""
     ranks = list(range(ctx.world_size))
     pg, _ = c10d._new_process_group_helper(
-        ctx.world_size, ctx.rank, ranks, dist.get_backend(), ctx.store,
+        ctx.world_size, ctx.rank, ranks, dist.get_backend(), ctx.store if store is None else store,
         group_name=name, timeout=timedelta(seconds=timeout_s))
     c10d._world.pg_group_ranks[pg] = {r: r for r in ranks}  # what new_group adds after the helper
     return pg

@@ -24,7 +24,7 @@ class Holding:
     shm_entries: int
     rss_kib: int
 
-    def minus(self, other: "Holding") -> dict[str, int]:
+    def minus(self, other: Holding) -> dict[str, int]:
         return {f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)}
 
     def as_dict(self) -> dict[str, int]:

@@ -5,13 +5,16 @@ and cycle, so the ranks pair the same groups whatever the interleaving), checks 
 destroys it, CYCLES times, as MPICH's threaded communicator tests dup and free communicators. Afterwards,
 once Python has collected the groups, every rank holds no more descriptors, threads, listening ports or
 /dev/shm entries than before the first cycle (read after a warm-up cycle, so process-wide pools do not
-count). Every wait has a deadline: a thread still creating or reducing after it fails the case with its
+count). Each thread has its own store client; a second clause creates two groups from two threads over
+one shared client, in opposite orders on neighbouring ranks, as threads sharing the default store do.
+Every wait has a deadline: a thread still creating or reducing after it fails the case with its
 stack instead of hanging the run. The soak marker runs hundreds of cycles per thread.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 
 import pytest
 import torch.distributed as dist
@@ -27,11 +30,16 @@ SOAK_THREADS = 4
 SOAK_CYCLES = 250  # per thread: a thousand groups
 GROUP_TIMEOUT_S = 30.0
 SETTLE_S = 5.0
+CROSSED_DELAY_S = 0.5  # the second thread starts this much later: the first one's wait is under way
+CROSSED_TIMEOUT_S = 3.0  # a group's rendezvous timeout in the crossed clause
 
 
 def _cycles(thread: int, cycles: int) -> int:
+    # a store client per thread: gloo's construction blocks reading the store, and on a shared client that
+    # read holds the client against the other threads' writes (test_groups_created_in_crossed_order)
+    store = ctx.store.clone()
     for cycle in range(cycles):
-        pg = groups.named_group(f"soak-churn-{ctx.case_id}-t{thread}-c{cycle}", GROUP_TIMEOUT_S)
+        pg = groups.named_group(f"soak-churn-{ctx.case_id}-t{thread}-c{cycle}", GROUP_TIMEOUT_S, store)
         groups.checked_all_reduce(pg, cycle + 1)
         groups.destroy(pg)
         del pg  # the next cycle's reading must not see this group alive
@@ -49,6 +57,22 @@ def churn(threads: int, cycles: int, deadline_s: float):
     return leftovers(before, after), sum(done.values()), before.as_dict(), after.as_dict()
 
 
+def crossed_creation(delay_s: float, timeout_s: float) -> dict:
+    """Two threads create groups A and B at once over the case's one store client; even ranks start A
+    first, odd ranks B first, so each rank's first group waits for a peer busy with the other one."""
+    first, second = ("A", "B") if ctx.rank % 2 == 0 else ("B", "A")
+
+    def make(name: str, delay: float) -> str:
+        time.sleep(delay)
+        pg = groups.named_group(f"soak-crossed-{ctx.case_id}-{name}", timeout_s)
+        groups.checked_all_reduce(pg, 1)
+        groups.destroy(pg)
+        return "created"
+
+    return run_threads({first: functools.partial(make, first, 0.0),
+                        second: functools.partial(make, second, delay_s)}, 2 * timeout_s + delay_s)
+
+
 def check_nothing_left(results, expected_cycles: int) -> None:
     for rank, (left, done, before, after) in enumerate(results):
         assert done == expected_cycles, f"rank {rank}: {done} of {expected_cycles} cycles done"
@@ -64,6 +88,14 @@ pytestmark = pytest.mark.needs(feature="subgroups")
 def test_threaded_create_destroy_leaves_nothing(world):
     """Groups created and destroyed from several threads at once leave no fd, thread, port or shm entry behind."""
     check_nothing_left(world.run(churn, THREADS, CYCLES, 120.0), THREADS * CYCLES)
+
+
+@pytest.mark.needs(feature="concurrent_group_creation")
+@pytest.mark.deadline(60)
+def test_groups_created_in_crossed_order_from_two_threads(world):
+    """Two threads creating two groups at once, in opposite orders on neighbouring ranks, both finish."""
+    for rank, done in enumerate(world.run(crossed_creation, CROSSED_DELAY_S, CROSSED_TIMEOUT_S)):
+        assert done == {"A": "created", "B": "created"}, f"rank {rank}: {done}"
 
 
 @pytest.mark.soak

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from fixtures.rank import ctx
 from reports.collector import report_dir
 from suites.soak import groups
-from suites.soak.resources import Holding, holding, leftovers, settle
+from suites.soak.resources import holding, leftovers, settle
 
 LIVE_GROUPS = (0, 2, 4, 8)  # the readings; the cost per group comes from the last
 FD_LIMIT = 1024  # a common default `ulimit -n`

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 
 class ThreadsStuck(TimeoutError):
@@ -28,7 +28,7 @@ def run_threads(jobs: dict[str, Callable[[], object]], deadline_s: float) -> dic
     def body(name: str, job: Callable[[], object]) -> None:
         try:
             results[name] = job()
-        except BaseException as exc:  # reported below, in the calling thread
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the calling thread
             errors[name] = exc
 
     threads = {name: threading.Thread(target=body, args=(name, job), name=f"soak-{name}", daemon=True)
