@@ -194,7 +194,7 @@ GLOO_GAPS += (
         "gloo groups created from two threads at once over one store client deadlock until the store timeout: "
         "ProcessGroupGloo's constructor blocks in a store read for a peer's address, and on a shared TCPStore "
         "client that read holds the client, so the other thread cannot publish its own address (observed on "
-        "torch 2.13, ws2 and ws3: 'DistStoreError: wait timeout after 3000ms, keys: ...//cpu//0/1'; with a "
+        "torch 2.13, ws2 and ws3: 'DistStoreError: wait timeout after 2000ms, keys: ...//cpu//0/1'; with a "
         "store client per thread, store.clone(), both groups are made at once; the reference backend makes them "
         "over one client)",
     ),

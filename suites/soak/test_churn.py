@@ -30,8 +30,8 @@ SOAK_THREADS = 4
 SOAK_CYCLES = 250  # per thread: a thousand groups
 GROUP_TIMEOUT_S = 30.0
 SETTLE_S = 5.0
-CROSSED_DELAY_S = 0.5  # the second thread starts this much later: the first one's wait is under way
-CROSSED_TIMEOUT_S = 3.0  # a group's rendezvous timeout in the crossed clause
+CROSSED_DELAY_S = 0.3  # the second thread starts this much later: the first one's wait is under way
+CROSSED_TIMEOUT_S = 2.0  # a group's rendezvous timeout in the crossed clause
 
 
 def _cycles(thread: int, cycles: int) -> int:
