@@ -1,8 +1,8 @@
 """What a rank process holds, read from /proc and /dev/shm, and waiting for it to settle back to a baseline.
 
 One reading is a ``Holding``: descriptors (/proc/self/fd), OS threads (/proc/self/task), listening TCP
-ports owned by this process's sockets (/proc/net/tcp*, state LISTEN), /dev/shm entries and the resident
-set size. The soak clauses compare readings before and after groups live and die.
+ports owned by this process's sockets (/proc/net/tcp*, state LISTEN), the /dev/shm entries it maps or
+holds open, and the resident set size. The soak clauses compare readings before and after groups live and die.
 """
 
 from __future__ import annotations
@@ -64,14 +64,23 @@ def _rss_kib() -> int:
 
 
 def _shm_entries() -> int:
-    try:
-        return len(os.listdir("/dev/shm"))
-    except OSError:
-        return 0
+    """Distinct /dev/shm entries this process maps or holds open (not the host's: other processes make
+    and remove their own meanwhile)."""
+    held = set()
+    with open("/proc/self/maps") as fh:
+        held.update(line.split(None, 5)[5].strip() for line in fh if "/dev/shm/" in line)
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/dev/shm/"):
+            held.add(target)
+    return len(held)
 
 
 def holding() -> Holding:
-    """What this process holds now (/dev/shm is host-wide: every rank of a world sees the same entries)."""
+    """What this process holds now."""
     fds = len(os.listdir("/proc/self/fd")) - 1  # minus the descriptor listdir opened to read the folder
     return Holding(fds=fds, threads=len(os.listdir("/proc/self/task")),
                    listening_ports=_listening_ports(_socket_inodes()), shm_entries=_shm_entries(),
