@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from backends.spec import MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap
+from backends.spec import (MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap,
+                           ResourceBudget)
 
 from . import build
 
@@ -59,6 +60,11 @@ def _availability(variant: str):
     return check
 
 
+# per live group and rank (suites/soak/test_resources.py, torch 2.13, ws2-4): one /dev/shm mapping and two
+# threads, no descriptor (native/segment.cpp closes it once the segment is mapped)
+RESOURCE_BUDGET = ResourceBudget(fds_fixed=0, threads_fixed=2)
+
+
 def register(name: str = NAME, variant: str = "", gaps: tuple[Gap, ...] = GAPS,
              description: str = "") -> BackendSpec:
     """Register ``name`` as the native backend built as ``variant`` ("" is the real one); return its spec."""
@@ -69,6 +75,7 @@ def register(name: str = NAME, variant: str = "", gaps: tuple[Gap, ...] = GAPS,
         device_type="cpu",
         check_available=_availability(variant),
         gaps=gaps,
+        resource_budget=RESOURCE_BUDGET,
         description=description or "C++ c10d Backend over shared memory (native/), built with "
                                    "torch.utils.cpp_extension",
     )
