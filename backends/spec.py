@@ -83,6 +83,9 @@ FEATURES: dict[str, str | None] = {
     "shrinking": "supports_shrinking",  # c10d Backend.supports_shrinking
     "time_estimate": "supports_time_estimate",  # c10d Backend.supports_time_estimate
     "tensor_alloc": "supports_tensor_alloc",  # c10d Backend.supports_tensor_alloc(device)
+    "concurrent_groups": None,  # operations on separate groups from separate threads at once (suites/soak)
+    "big_count": None,  # a collective over more than 2**31 elements (suites/soak)
+    "concurrent_group_creation": None,  # groups created from several threads at once over one store client
 }
 
 # Element types by the name torch gives them (str(torch.float32) without "torch."), torch 2.13's
@@ -392,6 +395,26 @@ class Availability:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class ResourceBudget:
+    """What one live process group over the whole world may hold on each rank, at world size n.
+
+    Each count is ``fixed + per_peer * (n - 1)``; suites/soak/test_resources.py measures the cost of a
+    group (descriptors from /proc/self/fd, OS threads from /proc/self/task) and fails where it exceeds
+    the budget. A process limited to 1024 descriptors fits about 1024 / fds(n) groups."""
+
+    fds_fixed: int = 0
+    fds_per_peer: int = 0
+    threads_fixed: int = 0
+    threads_per_peer: int = 0
+
+    def fds(self, world_size: int) -> int:
+        return self.fds_fixed + self.fds_per_peer * (world_size - 1)
+
+    def threads(self, world_size: int) -> int:
+        return self.threads_fixed + self.threads_per_peer * (world_size - 1)
+
+
 @dataclass
 class BackendSpec:
     """Everything the harness and the suites need to know about one backend."""
@@ -411,6 +434,8 @@ class BackendSpec:
     # another backend whose gaps also apply (a wrapper of gloo: "gloo"); resolved by the registry
     inherits: str = ""
     inherited_gaps: tuple[Gap, ...] = ()  # filled by BackendRegistry from ``inherits``
+    # per-group descriptors and threads a rank may hold (suites/soak); None: no budget declared, only measured
+    resource_budget: ResourceBudget | None = None
 
     @property
     def all_gaps(self) -> tuple[Gap, ...]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
-                           SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap)
+                           SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap, ResourceBudget)
 
 from .process_group import ReferenceProcessGroup
 
@@ -63,4 +63,7 @@ DISTCONFORM_SPEC = BackendSpec(
             torch="<2.13"),
     ),
     description="pure-Python reference process group over its own TCP mesh (the oracle)",
+    # per live group and rank: its listening socket and one connection per peer; an accept/dial thread,
+    # a worker and one reader per peer (suites/soak/test_resources.py)
+    resource_budget=ResourceBudget(fds_fixed=1, fds_per_peer=1, threads_fixed=2, threads_per_peer=1),
 )
