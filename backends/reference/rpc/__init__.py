@@ -30,7 +30,22 @@ Where they differ from torch.distributed.rpc, knowingly:
 * a remote exception keeps its own class (TensorPipe turns a user-defined
   subclass into the nearest builtin type);
 * ``RRef`` is this package's class, not ``torch.distributed.rpc.RRef``;
-  ``WorkerInfo`` is torch's.
+  ``WorkerInfo`` is torch's;
+* RRef ids restart at 1 with each agent (TensorPipe's counter starts at 0 and
+  keeps counting for the whole process, across ``init_rpc``);
+* a function missing on the callee raises ``AttributeError`` on the caller
+  (torch raises ``RuntimeError`` whose text starts "AttributeError: On
+  WorkerInfo(...)"), and the "not initialized" texts are this package's own;
+* a builtin that fails at run time carries the operator's own text, which
+  differs in wording from torch's;
+* a tensor arrives with storage offset 0 (torch keeps the sender's offset),
+  and a call to self clones its arguments, so a small non-dense view sent to
+  oneself arrives with packed strides;
+* gradients of a distributed backward are always copied into the context
+  (torch may reuse the buffer).
+
+Every other behaviour is torch's, checked by suites/rpc, suites/dist_autograd
+and suites/profiling on TensorPipe and both agents alike.
 """
 
 from torch._C._distributed_rpc import WorkerInfo
