@@ -29,6 +29,7 @@ import threading
 import time
 import weakref
 from datetime import timedelta
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -57,7 +58,9 @@ class ReferenceWork(dist.Work):
         self.future = torch.futures.Future()
         self.what, self.timeout_s, self.on_timeout = what, timeout_s, on_timeout
         self.source = -1
-        self.started = self.ended = None  # perf_counter() when the worker began and finished it
+        # perf_counter() when the worker began and finished it
+        self.started: float | None = None
+        self.ended: float | None = None
         self._done = threading.Event()
         _WORKS_IN_FLIGHT.add(self)
 
@@ -116,7 +119,9 @@ class ReferenceWork(dist.Work):
         """Milliseconds the operation ran (c10d's collectives timing), from its start to its completion."""
         if not self._done.is_set():
             raise RuntimeError(f"reference: {self.what} has not completed; it has no duration yet")
-        return (self.ended - (self.started if self.started is not None else self.ended)) * 1000.0
+        ended = self.ended
+        assert ended is not None  # _finished() sets it before it sets _done
+        return (ended - (self.started if self.started is not None else ended)) * 1000.0
 
     def _source_rank(self):
         return self.source
@@ -285,10 +290,11 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         except PeerError as exc:
             raise RuntimeError(f"reference: {fingerprint['op']} (collective #{seq}) failed: {exc}") from None
         received: dict[int, torch.Tensor | None] = {me: payloads.get(me)}
-        fingerprints = {me: fingerprint}
-        for (_, _, _, peer), (meta, data) in frames.items():
-            fingerprints[peer] = meta.get("fp")
-            received[peer] = wire.tensor_from(meta, data) if "dtype" in meta else None
+        fingerprints: dict[int, Any] = {me: fingerprint}  # as the peers sent them (dict, or None after step 0)
+        # Mesh delivers every collective frame as (meta, data); take() is typed for any frame.
+        for (_, _, _, peer), (peer_meta, data) in cast("dict[tuple, tuple[dict, Any]]", frames).items():
+            fingerprints[peer] = peer_meta.get("fp")
+            received[peer] = wire.tensor_from(peer_meta, data) if "dtype" in peer_meta else None
         if step == 0:
             self._check_agreement(seq, fingerprints)
         return received

@@ -35,6 +35,7 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -170,7 +171,7 @@ class Reducer:
         self.param_names = param_names
         self.device = self.params[0].device
         self.static_graph = False
-        self.comm_hook = None  # (state, hook)
+        self.comm_hook: tuple | None = None  # (state, hook)
         self._lock = threading.RLock()  # hooks may fire on autograd engine threads (one per device)
 
         # per iteration
@@ -199,7 +200,9 @@ class Reducer:
         # used parameters: local map (CPU), the copy that is all-reduced (on the parameters' device)
         self.local_used_map = torch.zeros(len(self.params), dtype=torch.int32)
         self.local_used_map_dev = torch.zeros(len(self.params), dtype=torch.int32, device=self.device)
-        self.local_used_work = None
+        # the used-map all-reduce's Work (torch is read as Any); None until all_reduce_local_used_map(). Not
+        # narrowed: its waits rely on the call order of DDP's backward, which is not provable here.
+        self.local_used_work: Any = None
         self.local_used_map_reduced = False
 
         self.buckets: list[Bucket] = []

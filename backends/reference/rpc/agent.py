@@ -35,7 +35,6 @@ import itertools
 import logging
 import pickle
 import queue
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -451,9 +450,9 @@ class Agent:
         name = self.workers[peer] if peer < len(self.workers) else peer
         for msg_id, entry in list(self._pending.items()):
             if entry.dst == peer:
-                entry = self._pending.pop(msg_id, None)
-                if entry is not None:
-                    self._fail(entry, RuntimeError(f"RPC to {name} failed: {reason}"))
+                taken = self._pending.pop(msg_id, None)
+                if taken is not None:
+                    self._fail(taken, RuntimeError(f"RPC to {name} failed: {reason}"))
 
     def _watchdog(self) -> None:
         deadlines, pending, wake = self._deadlines, self._pending, self._wake_watchdog
@@ -648,9 +647,9 @@ class Agent:
                 fut = self._run_in_layers(fields, run, reply)
             chained = True
             fut.add_done_callback(lambda done: self._finish(src, msg_id, remote_ids, reply, done))
-        except Exception:  # a bug here must still answer the caller
+        except Exception as bug:  # a bug here must still answer the caller
             if not chained:
-                self._respond_error(src, msg_id, remote_exception(self.info, sys.exc_info()[1]))
+                self._respond_error(src, msg_id, remote_exception(self.info, bug))
             else:
                 log.exception("%s: request %s failed after chaining", self.info, msg_id)
         finally:

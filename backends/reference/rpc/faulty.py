@@ -34,7 +34,7 @@ import time
 
 from backends.rpc_agents import FAULTABLE_KINDS, Faults
 
-from .transport import Frame, Kind, Transport, TransportError
+from .transport import Frame, Kind, PeerLost, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class FaultyTransport(Transport):
         self._queues: dict[int, queue.SimpleQueue] = {}
         self._workers: list[threading.Thread] = []
         self._stopping = threading.Event()
-        self._on_peer_lost = None
+        self._on_peer_lost: PeerLost | None = None  # set by start()
         # observable counts, for tests and reports
         self.failed_sends = 0
         self.delayed_sends = 0
@@ -133,6 +133,7 @@ class FaultyTransport(Transport):
             try:
                 self.inner.send(dst, frame)
             except TransportError as exc:
+                assert self._on_peer_lost is not None  # frames are delayed by send(), which runs after start()
                 self._on_peer_lost(dst, f"a delayed {Kind(frame.kind).name} frame to rank {dst} failed: {exc}")
             except Exception:
                 log.exception("faulty transport: delayed send to rank %d raised", dst)

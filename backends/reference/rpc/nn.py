@@ -136,12 +136,12 @@ def _to_cpu(value):
 def _remote_forward(module_rref: RRef, device: str, is_device_map_set: bool, *args, **kwargs):
     """The module's forward on its worker (torch's non-scriptable template)."""
     module = module_rref.local_value()
-    device = torch.device(device)
-    if device.type != "cuda":
+    target = torch.device(device)
+    if target.type != "cuda":
         return module.forward(*args, **kwargs)
     # a module on a GPU: CPU inputs move to its device; without a device map only CPU tensors travel back
-    args = tuple(_to_device(a, device) for a in args)
-    kwargs = {k: _to_device(v, device) for k, v in kwargs.items()}
+    args = tuple(_to_device(a, target) for a in args)
+    kwargs = {k: _to_device(v, target) for k, v in kwargs.items()}
     out = module.forward(*args, **kwargs)
     return out if is_device_map_set else _to_cpu(out)
 

@@ -263,7 +263,9 @@ def _read_batch(body: bytes, count: int, src: int) -> list[Frame]:
         if end > len(body):
             raise ProtocolError(f"frame from rank {src}: batch record {index} of {count} ends at byte {end}, "
                              f"after the batch's {len(body)} bytes")
-        frames.append(_inline_frame(body[at:end], src, fields))
+        frame = _inline_frame(body[at:end], src, fields)
+        assert frame is not None  # None only for a STOP, refused above
+        frames.append(frame)
         at = end
     if at != len(body):
         raise ProtocolError(f"frame from rank {src}: {len(body) - at} stray bytes after a batch of {count} records")

@@ -91,7 +91,7 @@ import torch.distributed as dist
 
 from .pg_codec import INLINE_CAPACITY, META_BYTES, STOP_KIND, ProtocolError, batch_meta, encode, encode_frame, \
     meta_message, read_frames
-from .transport import Frame, Transport, TransportError
+from .transport import Deliver, Frame, PeerLost, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +132,11 @@ class PgTransport(Transport):
     send_window = SEND_WINDOW  # a very large value sends every frame in a meta of its own
 
     def __init__(self) -> None:
-        self._group = None
+        self._group: dist.ProcessGroup | None = None  # set once by start(), never reset
         self._rank = -1
         self._world_size = 0
-        self._deliver = None
-        self._on_peer_lost = None
+        self._deliver: Deliver | None = None  # set by start(), before the listener starts
+        self._on_peer_lost: PeerLost | None = None  # set by start(), before any frame is posted
         self._listener: threading.Thread | None = None  # the thread receiving now (see _read_loop)
         self._busy: tuple | None = None  # (listener, since) while the listener delivers a frame
         self._posted: collections.deque = collections.deque()  # (meta, work): receives from any source
@@ -308,12 +308,14 @@ class PgTransport(Transport):
         """Post every message of one meta's frame(s) (under ``dst``'s lock); the completer awaits them."""
         keep = [meta, body, *datas]
         works = []
+        group = self._group
+        assert group is not None  # a frame is queued only after _check_open found the transport started
         try:
-            works.append(self._group.send([meta], dst, META_TAG))
+            works.append(group.send([meta], dst, META_TAG))
             if body is not None:
-                works.append(self._group.send([body], dst, BODY_TAG))
+                works.append(group.send([body], dst, BODY_TAG))
             for data in datas:
-                works.append(self._group.send([data], dst, BODY_TAG))
+                works.append(group.send([data], dst, BODY_TAG))
         except Exception as exc:
             # Part of a frame may be posted: the stream to dst is unusable from here on.
             self._lose(dst, f"posting a frame to rank {dst} failed: {exc}")
@@ -342,11 +344,13 @@ class PgTransport(Transport):
             dropped, self._outbox[peer] = self._outbox[peer], []
             self._credits.release(sum(map(len, dropped)), len(dropped))
         if not quiet:
+            assert self._on_peer_lost is not None  # a peer is lost only once start() posted or received
             self._on_peer_lost(peer, reason)
 
     # ------------------------------------------------------------ receive
     def _listen(self) -> None:
         group = self._group
+        assert group is not None  # start() sets the group before it starts the listener
         # RECV_DEPTH receives from any source stay posted, so the backend can match an
         # incoming frame at once (gloo hands a send over only once a receive is posted, a
         # rendezvous its own threads then finish without us). The backend matches them in
@@ -373,6 +377,7 @@ class PgTransport(Transport):
         """
         me = threading.current_thread()
         group, posted, ready = self._group, self._posted, self._ready
+        assert group is not None  # listeners run only after start() set the group
         while True:
             if not ready:
                 try:
@@ -408,6 +413,7 @@ class PgTransport(Transport):
             if self._dropping:
                 continue
             self._busy = (me, time.monotonic())
+            assert self._deliver is not None  # start() set it before the first listener started
             try:
                 self._deliver(src, frame)
             except Exception:  # the agent's bug must not kill the only receiver
@@ -447,6 +453,7 @@ class PgTransport(Transport):
             was_shutting_down = self._shutting_down
             self._closed_reason.setdefault(src, f"rank {src} has shut down its RPC transport")
         if not was_shutting_down:
+            assert self._on_peer_lost is not None  # a STOP is read only by a listener start() started
             self._on_peer_lost(src, f"rank {src} has shut down its RPC transport")
         # Posting does not block (the peer's listener is waiting for exactly this frame), so
         # the listener answers itself; shutdown() awaits the work.
@@ -462,7 +469,9 @@ class PgTransport(Transport):
             try:
                 self._flush(dst)  # frames queued for dst leave before its STOP
                 self._check_open(dst, stop=True)
-                work = self._group.send([meta], dst, META_TAG)
+                group = self._group
+                assert group is not None  # _check_open raised if the transport was never started
+                work = group.send([meta], dst, META_TAG)
             except TransportError:
                 return  # the peer is unreachable: it needs no STOP from us
             except Exception as exc:
@@ -511,6 +520,7 @@ class PgTransport(Transport):
         # still blocked waits for a peer that was lost (dead: c10d fails a receive from
         # any source for nobody), and no frame will ever wake it: do not wait out the bound.
         deadline = time.monotonic() + self.shutdown_join_s
+        assert self._listener is not None  # start() set it with the group; it is replaced, never cleared
         while self._listener.is_alive() and time.monotonic() < deadline:
             if self._all_peers_done():
                 self._listener.join(LAST_STOP_GRACE_S)
@@ -526,6 +536,7 @@ class PgTransport(Transport):
             stop_works = list(self._stop_works)
             completions, completer = self._completions, self._completion_thread
         if completions is not None:  # every peer is closed for sending: finish what was posted
+            assert completer is not None  # set together with completions, under the same lock
             completions.put(None)
             completer.join(max(0.0, deadline - time.monotonic()))
             if completer.is_alive():

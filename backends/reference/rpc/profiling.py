@@ -62,7 +62,7 @@ KINETO_WARNING = "Profiling a distributed call with the Kineto profiler will pro
 _tls = threading.local()  # .session: the Session that RPCs and callbacks on this thread belong to
 _ids = itertools.count(1)
 _node = {"id": -1}  # this process's profiler node id (torch: -1 until init_rpc sets the rank)
-_warned_kineto = []
+_warned_kineto: list[bool] = []
 # How long ending a profile waits for callbacks still running under a capture
 # (a callback that blocks longer loses its events rather than hanging the user).
 CAPTURE_WAIT_S = 10.0
@@ -268,7 +268,7 @@ class Call:
         self.record = None  # torch's RecordFunction handle, in the user's profiling thread
         self.start_us = 0.0  # else: a synthetic range from here
         self.thread = threading.get_ident()
-        self.error = None  # a bad envelope: the user's future fails with it
+        self.error: ProfilingError | None = None  # a bad envelope: the user's future fails with it
 
     def __repr__(self):
         return f"<profiled RPC {self.key} id={self.id}>"

@@ -29,12 +29,13 @@ empty session and is parsed as before.
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 from torch.autograd import profiler_legacy
 
 from . import profiling_records
 
-_INSTALLED = {}
+_INSTALLED: dict[str, Callable] = {}  # torch's originals while the hook is installed
 _LOCK = threading.Lock()
 _OPEN: dict[int, object] = {}  # profiling thread ident -> its Session
 
@@ -81,7 +82,7 @@ def install(make_session) -> None:
         functions.sort(key=lambda evt: [evt.time_range.start, -evt.time_range.end])  # torch's order
         return functions
 
-    _start_trace.__wrapped__ = orig_start
-    _parse_legacy_records.__wrapped__ = orig_parse
+    _start_trace.__wrapped__ = orig_start  # type: ignore[attr-defined]  # functools.wraps' convention
+    _parse_legacy_records.__wrapped__ = orig_parse  # type: ignore[attr-defined]
     profiler_legacy.profile._start_trace = _start_trace
     profiler_legacy._parse_legacy_records = _parse_legacy_records

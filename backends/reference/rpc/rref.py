@@ -63,7 +63,7 @@ class RRef:
         self._is_owner = owner == agent.rank
         self._creation = creation
         self._confirmed = confirmed
-        self._error = None
+        self._error: BaseException | None = None
 
     def _adopt(self, agent, rref_id, fork_id) -> None:
         """Become the owner RRef of a local value (``RRef(value)``: owners.py registers the value)."""

@@ -101,7 +101,8 @@ _reusable = _Reusable()
 def dumps(obj) -> tuple[bytes, list]:
     """(pickle bytes, tensors taken out of it) for ``obj``."""
     outer = getattr(_tables, "send", None)
-    _tables.send = tensors = []
+    tensors: list = []
+    _tables.send = tensors
     mine = _reusable
     try:
         if mine.busy:  # nested (a reducer that sends a message): a fresh pickler
@@ -126,7 +127,8 @@ def dumps(obj) -> tuple[bytes, list]:
 def dumps_graded(obj) -> tuple[bytes, list, list]:
     """``dumps`` plus (index, original tensor) of every tensor requiring grad, in order (the send function's inputs)."""
     outer = getattr(_tables, "graded", None)
-    _tables.graded = graded = []
+    graded: list[tuple[int, object]] = []  # (index, tensor)
+    _tables.graded = graded
     try:
         header, tensors = dumps(obj)
     finally:

@@ -62,7 +62,7 @@ def encode(frame: Frame) -> list:
     """
     tensors = frame.tensors
     header = frame.header
-    parts = [PREFIX.pack(MAGIC, VERSION, frame.kind, len(tensors), frame.msg_id, len(header))]
+    parts: list[bytes | memoryview] = [PREFIX.pack(MAGIC, VERSION, frame.kind, len(tensors), frame.msg_id, len(header))]
     if not tensors:
         parts.append(header)
         return parts

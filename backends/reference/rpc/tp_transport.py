@@ -51,8 +51,8 @@ class _Conn:
         self.stream = sock.makefile("rb", buffering=READ_BUFFER)
         self.send_lock = threading.Lock()
         self.state_lock = threading.Lock()
-        self.reader = None  # token of the thread that reads now
-        self.busy = None  # (token, since) while the reader delivers
+        self.reader: object | None = None  # token of the thread that reads now
+        self.busy: tuple[object, float] | None = None  # (token, since) while the reader delivers
         self.closed = False
 
 
@@ -69,8 +69,8 @@ class TpTransport(Transport):
         self._adopt_lock = threading.Lock()
         self._changed = threading.Condition(self._adopt_lock)
         self._closed = False
-        self._listener = None
-        self.address = None
+        self._listener: handshake.Listener | None = None
+        self.address: tuple | None = None
 
     # ------------------------------------------------------------ start
     def start(self, rank, world_size, store, deliver, on_peer_lost) -> None:

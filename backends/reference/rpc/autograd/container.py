@@ -45,7 +45,7 @@ class DistAutogradContext:
         self.recv: dict[int, Any] = {}
         self.known: set[int] = set()
         self.grads: dict = {}
-        self.backward = None
+        self.backward: Any = None  # the running engine.BackwardPass (engine imports this module: typed Any)
         self.released = False
 
     # torch's introspection (autograd/init.cpp DistAutogradContext bindings)
