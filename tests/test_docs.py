@@ -146,7 +146,7 @@ def missing_paths(page: Path) -> list[str]:
     missing = []
     for token in REPO_PATH.findall(page.read_text()):
         path = token.split("::")[0]  # tests/test_launch_launchers.py::test_mpirun names a file
-        if re.search(r"[<>{}*]", path) or path.startswith(RUN_OUTPUT):
+        if re.search(r"[<>{}*]", path) or (path.rstrip("/") + "/").startswith(RUN_OUTPUT):
             continue
         if not (REPO_ROOT / path).exists() and path not in missing:
             missing.append(path)
