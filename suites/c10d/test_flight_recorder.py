@@ -83,22 +83,31 @@ def group_identity(group) -> list[str]:
     return [group.group_name, group.group_desc]
 
 
-def entries_of(dump: dict, group) -> list[dict]:
-    return [e for e in dump["entries"] if e["process_group"] == group_identity(group)]
+def entries_of(dump: dict, group, after: int = -1) -> list[dict]:
+    """``group``'s entries recorded after record id ``after``: a rank process serves many cases, and torch
+    reuses a destroyed group's name, so an earlier group of the same name may have left entries."""
+    return [e for e in dump["entries"] if list(e["process_group"]) == group_identity(group) and e["record_id"] > after]
+
+
+def last_record(group) -> int:
+    """The newest record id already naming ``group`` (an earlier group of that name), -1 when none."""
+    return max((e["record_id"] for e in entries_of(recorder_dump(), group)), default=-1)
+
+
+# How the clauses call each of COLLECTIVES: the calls whose recorder entries they read (data, group -> Work).
+CALLS = {
+    "all_reduce": lambda data, group: dist.all_reduce(data, group=group, async_op=True),
+    "broadcast": lambda data, group: dist.broadcast(data, src=0, group=group, async_op=True),
+    "all_gather": lambda data, group: dist.all_gather(
+        [torch.empty_like(data) for _ in range(dist.get_world_size(group))], data, group=group, async_op=True),
+}
+
+GATHERING = {"all_gather"}  # of CALLS, those whose output is one tensor per rank
 
 
 def issue(name: str, dtype: torch.dtype, shape: tuple, group) -> None:
     data = torch.full(shape, ctx.rank + 1, dtype=dtype, device=ctx.device)
-    if name == "all_reduce":
-        work = dist.all_reduce(data, group=group, async_op=True)
-    elif name == "broadcast":
-        work = dist.broadcast(data, src=0, group=group, async_op=True)
-    elif name == "all_gather":
-        outputs = [torch.empty_like(data) for _ in range(dist.get_world_size(group))]
-        work = dist.all_gather(outputs, data, group=group, async_op=True)
-    else:
-        raise ValueError(name)
-    work.wait()
+    CALLS[name](data, group).wait()
 
 
 def ring_p2p(group) -> None:
@@ -112,12 +121,12 @@ def ring_p2p(group) -> None:
         work.wait()
 
 
-def settled(group, count: int) -> dict:
+def settled(group, count: int, after: int) -> dict:
     """The dump once ``count`` entries of ``group`` are all "completed", or the last one after SETTLE_S."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         dump = recorder_dump()
-        mine = entries_of(dump, group)
+        mine = entries_of(dump, group, after)
         if (len(mine) >= count and all(e["state"] == "completed" for e in mine)) or time.monotonic() > deadline:
             return dump
         time.sleep(0.05)
@@ -127,6 +136,7 @@ def record_calls(kind: str, settle: bool = False) -> dict:
     """Run the clause's calls on a fresh group; return what the recorder holds of that group
     (``settle``: once its entries completed, or SETTLE_S later)."""
     group = dist.new_group()
+    after = last_record(group)
     try:
         if kind == "collectives":
             for name, dtype, shape in COLLECTIVES:
@@ -135,8 +145,8 @@ def record_calls(kind: str, settle: bool = False) -> dict:
         else:
             ring_p2p(group)
             expected = 2
-        dump = settled(group, expected) if settle else recorder_dump()
-        return {"entries": entries_of(dump, group), "identity": group_identity(group),
+        dump = settled(group, expected, after) if settle else recorder_dump()
+        return {"entries": entries_of(dump, group, after), "identity": group_identity(group),
                 "ranks": dist.get_process_group_ranks(group), "pg_config": dump.get("pg_config", {}),
                 "pg_status": dump.get("pg_status", {}),
                 "default": group_identity(dist.group.WORLD)}
@@ -144,7 +154,7 @@ def record_calls(kind: str, settle: bool = False) -> dict:
         dist.destroy_process_group(group)
 
 
-def write_dump(directory: str, group) -> int:
+def write_dump(directory: str, group, after: int) -> int:
     """This rank's pickled dump, where fr_trace expects it (``<dir>/rank_<rank>``), holding only ``group``'s
     entries: the process's recorder also holds earlier cases' groups, and fr_trace filters groups only
     when it just prints entries (``--pg-filters`` needs ``-j``)."""
@@ -152,7 +162,8 @@ def write_dump(directory: str, group) -> int:
 
     recorder_dump()  # fails saying why when the recorder is off
     dump = pickle.loads(_dump_fr_trace(True, False, False))
-    dump["entries"] = [e for e in dump.get("entries", []) if list(e["process_group"]) == group_identity(group)]
+    dump["entries"] = [e for e in dump.get("entries", [])
+                       if list(e["process_group"]) == group_identity(group) and e["record_id"] > after]
     with open(os.path.join(directory, f"{DUMP_PREFIX}{ctx.rank}"), "wb") as fh:
         pickle.dump(dump, fh)
     return len(dump["entries"])
@@ -162,9 +173,10 @@ def healthy_calls_dumped(directory: str) -> tuple[str, int]:
     """A fresh group's collectives completed on every rank, then every rank's dump written.
     Returns (group name, how many entries the dump holds)."""
     group = dist.new_group()
+    after = last_record(group)
     for name, dtype, shape in COLLECTIVES:
         issue(name, dtype, shape, group)
-    written = write_dump(directory, group)
+    written = write_dump(directory, group, after)
     name = group.group_name
     dist.destroy_process_group(group)
     return name, written
@@ -174,6 +186,7 @@ def hang_dumped(directory: str, absent: int) -> tuple[str, str | None]:
     """One all_reduce every rank joins, then one ``absent`` skips: the others' Work times out at the group
     timeout; then every rank writes its dump. Returns (group name, the participant's error or None)."""
     group = fresh_group(HANG_TIMEOUT_S)
+    after = last_record(group)
     data = torch.ones(4, device=ctx.device)
     dist.all_reduce(data, group=group)
     error = None
@@ -187,7 +200,7 @@ def hang_dumped(directory: str, absent: int) -> tuple[str, str | None]:
         # stay in the group until the others gave up: leaving early fails them with "connection closed"
         ctx.store.wait([f"finished/{r}" for r in range(ctx.world_size) if r != absent],
                        timedelta(seconds=HANG_TIMEOUT_S + 60))
-    write_dump(directory, group)
+    write_dump(directory, group, after)
     name = group.group_name
     ctx.store.set(f"dumped/{ctx.rank}", "1")
     ctx.store.wait([f"dumped/{r}" for r in range(ctx.world_size)], timedelta(seconds=60))
@@ -253,7 +266,7 @@ def test_collectives_recorded(world, record_property):
             what = f"rank {rank}: {name} entry"
             sizes = [list(shape)]
             # a gather's output as one stacked tensor (how gloo records it) or one tensor per rank
-            outputs = ([[n, *shape]], sizes * n) if name == "all_gather" else (sizes,)
+            outputs = ([[n, *shape]], sizes * n) if name in GATHERING else (sizes,)
             assert entry["is_p2p"] is False, f"{what} says is_p2p"
             assert entry["input_sizes"] == sizes, f"{what}: input_sizes {entry['input_sizes']}, expected {sizes}"
             assert entry["output_sizes"] in outputs, \
