@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 from backends.spec import Availability, Gap, gap_for
@@ -47,7 +47,12 @@ class Faults:
 
 def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, init_file: str, rpc_timeout: float,
                      num_worker_threads: int, faults: Faults | None) -> None:
-    """torch's own init_rpc, rendezvous through a FileStore at ``init_file`` (the faulty agent for ``faults``)."""
+    """torch's own init_rpc, rendezvous through a FileStore at ``init_file`` (the faulty agent for ``faults``).
+
+    ``spec.tensorpipe_transports`` picks TensorPipe's transports. The faulty
+    agent cannot: its options class (C++ FaultyTensorPipeRpcBackendOptions)
+    offers no ``_transports`` and always takes TensorPipe's defaults.
+    """
     rpc = importlib.import_module(spec.module)
     if faults is not None:
         from torch.distributed.rpc import _testing  # registers FAULTY_TENSORPIPE
@@ -58,8 +63,9 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
             num_fail_sends=faults.num_fail_sends)
         backend = rpc.backend_registry.BackendType.FAULTY_TENSORPIPE
     else:
+        chosen = {} if spec.tensorpipe_transports is None else {"_transports": list(spec.tensorpipe_transports)}
         options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
-                                                  init_method=f"file://{init_file}")
+                                                  init_method=f"file://{init_file}", **chosen)
         # the registry rebuilds the enum when FAULTY_TENSORPIPE registers: look it up now
         backend = rpc.backend_registry.BackendType["TENSORPIPE"]
     rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, backend=backend, rpc_backend_options=options)
@@ -108,6 +114,11 @@ class AgentSpec:
     transport: str = ""
     # Why the agent is unusable when its module's is_available() says so
     unavailable_reason: str = "its module's is_available() is False"
+    # A TensorPipe agent's transports (TensorPipeRpcBackendOptions._transports); None: TensorPipe's
+    # own choice, which on one host is shm first
+    tensorpipe_transports: tuple[str, ...] | None = None
+    # False: runs only when --rpc-agent names it (a variant of another agent, not a default lane)
+    selected_by_default: bool = True
 
     def availability(self) -> Availability:
         try:
@@ -144,42 +155,53 @@ class TrainingStack(TypedDict):
 REFERENCE_STACK = TrainingStack(autograd_module="backends.reference.rpc.autograd",
                                 optim_module="backends.reference.rpc.optim", nn_module="backends.reference.rpc.nn")
 
+TENSORPIPE = AgentSpec(
+    name="tensorpipe", module="torch.distributed.rpc",
+    description="torch.distributed.rpc's TensorPipe agent (the agent users run today)",
+    # remote() reports its own text when the RRef creation timed out
+    timeout_error=r"RPC ran for more than|RRef creation via rpc\.remote\(\) timed out",
+    one_start_per_process=True, start=start_tensorpipe,
+    unavailable_reason="torch was built without torch.distributed.rpc",
+    gaps=(
+        Gap({"rpc_feature": "custom_exception_type", "rpc_call": ("rpc_sync", "rpc_async", "rref_method")},
+            "a remote exception reaching the caller through a C++ future is re-raised by c10::Error "
+            "translation: a user-defined subclass comes back as the nearest builtin type torch knows "
+            "(ValueError, else RuntimeError), message kept; remote().to_here() keeps the subclass"),
+        Gap({"rpc_feature": "unused_send_function"},
+            "torch's FAST-mode distributed backward treats every send function recorded in the context as a "
+            "root that must receive gradients (dist_engine.cpp computeDependencies); one that never does "
+            "blocks backward forever (spec B9, torch's own test_backward_unused_send_function checks the "
+            "thread is still alive after 10 s): running the clause would leave a thread blocked in the rank",
+            outcome="skip", consequence="hangs"),
+        Gap({"rpc_feature": "rref_to_owner_before_created"},
+            "an RRef that reaches its owner while remote() is still building the value, passed by the owner "
+            "to itself in an RPC (a RemoteModule sent to its own worker, whose forward calls itself), gets "
+            "no answer: 'RPC ran for more than set timeout'; after that a graceful rpc.shutdown() blocks "
+            "(measured with two plain torch processes: every time with a 0.2 s creation, about 1 in 300 "
+            "with an instant one; never once the caller's to_here() has confirmed the RRef)",
+            outcome="skip", consequence="hangs"),
+        Gap({"rpc_feature": "async_future_exception"},
+            "torch.futures.Future.set_exception stores the exception as the future's value with a "
+            "Python-only unwrap function; the agent's C++ side sends that value back, so the caller "
+            "gets the exception object returned instead of raised"),
+        # suites/profiling: shows in some runs only (timing), hence intermittent
+        Gap({"workload": "concurrent_calls"},
+            "torch 2.13's TensorPipe loses remote events of profiled calls in flight at once "
+            "(measured: 4 or 5 of 8 calls brought theirs back, with 1024 worker threads; some runs get all 8)",
+            outcome="intermittent"),
+    ),
+    # uv (loopback TCP), not shm: TensorPipe's shm transport busy-polls its rings, so every idle rank
+    # of a live agent burns about two thirds of a core in system time (measured on torch 2.13, ws3:
+    # 2.9 s sys per rank in 5 idle seconds; uv: 0.0). On a 2-core machine that starves the ranks the
+    # clause is waiting on. uv is also what TensorPipe uses between hosts. tensorpipe-shm keeps shm.
+    tensorpipe_transports=("uv",))
+
 AGENTS: dict[str, AgentSpec] = {
-    "tensorpipe": AgentSpec(
-        name="tensorpipe", module="torch.distributed.rpc",
-        description="torch.distributed.rpc's TensorPipe agent (the agent users run today)",
-        # remote() reports its own text when the RRef creation timed out
-        timeout_error=r"RPC ran for more than|RRef creation via rpc\.remote\(\) timed out",
-        one_start_per_process=True, start=start_tensorpipe,
-        unavailable_reason="torch was built without torch.distributed.rpc",
-        gaps=(
-            Gap({"rpc_feature": "custom_exception_type", "rpc_call": ("rpc_sync", "rpc_async", "rref_method")},
-                "a remote exception reaching the caller through a C++ future is re-raised by c10::Error "
-                "translation: a user-defined subclass comes back as the nearest builtin type torch knows "
-                "(ValueError, else RuntimeError), message kept; remote().to_here() keeps the subclass"),
-            Gap({"rpc_feature": "unused_send_function"},
-                "torch's FAST-mode distributed backward treats every send function recorded in the context as a "
-                "root that must receive gradients (dist_engine.cpp computeDependencies); one that never does "
-                "blocks backward forever (spec B9, torch's own test_backward_unused_send_function checks the "
-                "thread is still alive after 10 s): running the clause would leave a thread blocked in the rank",
-                outcome="skip", consequence="hangs"),
-            Gap({"rpc_feature": "rref_to_owner_before_created"},
-                "an RRef that reaches its owner while remote() is still building the value, passed by the owner "
-                "to itself in an RPC (a RemoteModule sent to its own worker, whose forward calls itself), gets "
-                "no answer: 'RPC ran for more than set timeout'; after that a graceful rpc.shutdown() blocks "
-                "(measured with two plain torch processes: every time with a 0.2 s creation, about 1 in 300 "
-                "with an instant one; never once the caller's to_here() has confirmed the RRef)",
-                outcome="skip", consequence="hangs"),
-            Gap({"rpc_feature": "async_future_exception"},
-                "torch.futures.Future.set_exception stores the exception as the future's value with a "
-                "Python-only unwrap function; the agent's C++ side sends that value back, so the caller "
-                "gets the exception object returned instead of raised"),
-            # suites/profiling: shows in some runs only (timing), hence intermittent
-            Gap({"workload": "concurrent_calls"},
-                "torch 2.13's TensorPipe loses remote events of profiled calls in flight at once "
-                "(measured: 4 or 5 of 8 calls brought theirs back, with 1024 worker threads; some runs get all 8)",
-                outcome="intermittent"),
-        )),
+    "tensorpipe": TENSORPIPE,
+    "tensorpipe-shm": replace(
+        TENSORPIPE, name="tensorpipe-shm", tensorpipe_transports=None, selected_by_default=False,
+        description="torch.distributed.rpc's TensorPipe agent with TensorPipe's own transports (shm on one host): "
+                    "run it with --rpc-agent tensorpipe-shm (its shm transport busy-polls a core per rank)"),
     "reference-pg": AgentSpec(
         name="reference-pg", module="backends.reference.rpc", **REFERENCE_STACK,
         description="reference agent whose messages travel over the c10d backend under test",
@@ -240,6 +262,11 @@ def load_plugins(module_names: Iterable[str]) -> None:
 
 class UnknownAgent(ValueError):
     pass
+
+
+def default_agents() -> list[str]:
+    """The agents a run uses when --rpc-agent names none."""
+    return [name for name, spec in AGENTS.items() if spec.selected_by_default]
 
 
 def get(name: str) -> AgentSpec:

@@ -22,7 +22,7 @@ FUTURES_AND_SHUTDOWN = ["suites/rpc/test_futures.py", "suites/rpc/test_shutdown.
 
 # ------------------------------------------------------------- specs as data
 def test_every_agent_has_a_spec_with_a_timeout_text():
-    assert set(rpc_agents.AGENTS) == {"tensorpipe", "reference-pg", "reference-tp"}
+    assert set(rpc_agents.AGENTS) == {"tensorpipe", "tensorpipe-shm", "reference-pg", "reference-tp"}
     for spec in rpc_agents.AGENTS.values():
         assert spec.timeout_error and re.compile(spec.timeout_error)
         assert all(gap.reason for gap in spec.gaps), spec.name
@@ -30,8 +30,29 @@ def test_every_agent_has_a_spec_with_a_timeout_text():
                      "RPCErr:1:RPC ran for more than set timeout (400 ms) and will now be marked with an error")
 
 
+def test_default_agents_leave_out_the_shm_variant():
+    """tensorpipe runs over uv by default (shm busy-polls); tensorpipe-shm keeps TensorPipe's own choice."""
+    assert rpc_agents.default_agents() == ["tensorpipe", "reference-pg", "reference-tp"]
+    assert rpc_agents.get("tensorpipe").tensorpipe_transports == ("uv",)
+    shm = rpc_agents.get("tensorpipe-shm")
+    assert shm.tensorpipe_transports is None and not shm.selected_by_default
+    assert shm.gaps == rpc_agents.get("tensorpipe").gaps
+
+
+def test_shm_variant_runs_when_named(tmp_path):
+    """An agent offered is an agent exercised: tensorpipe-shm, then tensorpipe, in the same world's processes."""
+    run = finish_pytest(start_pytest(["suites/rpc/test_futures.py", "--world-size", "2", "--rpc-agent",
+                                      "tensorpipe-shm,tensorpipe", "-k", "first_error_wins or returns_values"],
+                                     tmp_path))
+    assert run.returncode == 0, run.output
+    with open(tmp_path / "conformance.json") as fh:
+        cases = json.load(fh)["cases"]
+    assert {(c["rpc_agent"], c["outcome"]) for c in cases} == {("tensorpipe-shm", "passed"),
+                                                               ("tensorpipe", "passed")}, cases
+
+
 def test_unknown_agent_names_the_known_ones():
-    with pytest.raises(rpc_agents.UnknownAgent, match="'nope'.*tensorpipe, reference-pg, reference-tp"):
+    with pytest.raises(rpc_agents.UnknownAgent, match="'nope'.*tensorpipe, tensorpipe-shm, reference-pg, reference-tp"):
         rpc_agents.get("nope")
 
 
