@@ -14,9 +14,16 @@ deadline, which must kill the hung world and fail the case; every run also
 has a subprocess timeout, so a broken harness fails this test instead of
 hanging it.
 
+The bugs' runs are independent processes that mostly start worlds and
+wait, so the gallery runs GALLERY_JOBS of them at once (``gallery_runs``:
+every selected bug's run is started when the first one is asked for, and
+each test waits for its own); under pytest-xdist each test runs its own bug
+and xdist provides the concurrency.
+
 The control runs plain gloo and the clean wrapper side by side in one
-session: no failures at all, and the two backends get the same outcome in
-every case except where the wrapper's own declared gaps apply.
+session, with pytest-xdist workers: no failures at all, and the two backends
+get the same outcome in every case except where the wrapper's own declared
+gaps apply.
 """
 
 from __future__ import annotations
@@ -29,8 +36,11 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
+
+from fixtures.workers import default_workers
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEEDED_DIR = os.path.join(REPO_ROOT, "tests", "seeded")
@@ -38,6 +48,9 @@ NOT_BUGS = {"__init__", "gloo_wrapper", "clean", "reference_base"}
 BUG_TIMEOUT_S = 300
 CONTROL_TIMEOUT_S = 500
 HANG_DEADLINE_S = 5
+# Bug runs at once: each spends most of its time importing torch into fresh processes and waiting on
+# worlds, so more runs than cores keep the cores busy.
+GALLERY_JOBS = default_workers() + 1
 
 
 def gallery() -> list[str]:
@@ -105,16 +118,40 @@ def describe(cases: list[dict]) -> str:
                      for c in cases)
 
 
-@pytest.mark.parametrize("module", gallery())
-def test_seeded_bug_is_caught(tmp_path, module):
+def run_bug(tmp_path, module: str) -> tuple[dict, str]:
+    """Run the suite area that should catch ``module``'s bug, with that bug planted."""
     bug = importlib.import_module(f"tests.seeded.{module}")
-    spec = bug.DISTCONFORM_SPEC
-    contract = getattr(bug, "CONTRACT", "(module names no contract)")
     extra = ["-x", *getattr(bug, "EXTRA_ARGS", ())]  # e.g. ("--rpc-agent", "reference-tp")
     if getattr(bug, "HANGS", False):
         extra += ["--deadline", str(HANG_DEADLINE_S)]
-    document, tail = run_suite(tmp_path, f"tests.seeded.{module}", spec.name, *extra, timeout=BUG_TIMEOUT_S,
-                               suite=bug.SUITE)
+    return run_suite(tmp_path, f"tests.seeded.{module}", bug.DISTCONFORM_SPEC.name, *extra,
+                     timeout=BUG_TIMEOUT_S, suite=bug.SUITE)
+
+
+@pytest.fixture(scope="module")
+def gallery_runs(request, tmp_path_factory):
+    """module -> the Future of its bug's run; every selected bug starts on first use, GALLERY_JOBS at a time."""
+    selected = [item.callspec.params["module"] for item in request.session.items
+                if item.originalname == "test_seeded_bug_is_caught" and hasattr(item, "callspec")]
+    if hasattr(request.config, "workerinput"):  # xdist runs the tests concurrently; prefetch nothing
+        yield {}
+        return
+    with ThreadPoolExecutor(max_workers=GALLERY_JOBS, thread_name_prefix="seeded") as pool:
+        runs: dict[str, Future] = {module: pool.submit(run_bug, tmp_path_factory.mktemp(module), module)
+                                   for module in selected}
+        try:
+            yield runs
+        finally:
+            for run in runs.values():
+                run.cancel()
+
+
+@pytest.mark.parametrize("module", gallery())
+def test_seeded_bug_is_caught(tmp_path, module, gallery_runs):
+    bug = importlib.import_module(f"tests.seeded.{module}")
+    contract = getattr(bug, "CONTRACT", "(module names no contract)")
+    run = gallery_runs.get(module)
+    document, tail = run.result() if run is not None else run_bug(tmp_path, module)
     failed = cases_with(document, "failed")
     assert failed, (
         f"seeded bug {module!r} ({bug.__doc__.strip().splitlines()[0]}) was not caught: no contract case "
@@ -132,7 +169,7 @@ def test_clean_wrapper_matches_plain_gloo(tmp_path):
     from tests.seeded.gloo_wrapper import WRAPPER_GAPS
 
     document, tail = run_suite(tmp_path, "tests.seeded.clean", f"gloo,{wrapped.name}",
-                               timeout=CONTROL_TIMEOUT_S)
+                               "-n", str(default_workers()), timeout=CONTROL_TIMEOUT_S)
     bad = cases_with(document, "failed", "error", "xpassed")
     assert not bad, f"control run has failures:\n{describe(bad)}\n{tail}"
 
