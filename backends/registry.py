@@ -11,9 +11,9 @@ another plugin or from the reference backend too).
 
 from __future__ import annotations
 
-import importlib
 
 from .builtin import BUILTIN_SPECS
+from .plugins import declared_by
 from .spec import Availability, BackendSpec, inherit
 
 # Modules that, when importable, contribute backends of this project.
@@ -30,14 +30,7 @@ class PluginImportError(ImportError):
 
 def load_plugin(module_name: str) -> list[BackendSpec]:
     """Import a plugin module (registering its backend) and return the specs it declares."""
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise PluginImportError(f"--backend-plugin {module_name}: import failed: {exc!r}") from exc
-    declared = getattr(module, "DISTCONFORM_SPEC", None)
-    if declared is None:
-        return []
-    return list(declared) if isinstance(declared, (list, tuple)) else [declared]
+    return declared_by(module_name, "DISTCONFORM_SPEC", option="--backend-plugin", error=PluginImportError) or []
 
 
 def _project_specs() -> list[BackendSpec]:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
+from backends.plugins import declared_by
 from backends.spec import Availability, Gap, gap_for
 
 # Message kinds that fault injection can drop or delay; the names are torch's
@@ -235,15 +236,10 @@ def register(spec: AgentSpec) -> None:
 
 def load_plugin(module_name: str) -> list[AgentSpec]:
     """Import an RPC agent plugin and register the specs it declares (``DISTCONFORM_RPC_AGENTS``)."""
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise RpcAgentPluginError(f"--rpc-agent-plugin {module_name}: import failed: {exc!r}") from exc
-    declared = getattr(module, "DISTCONFORM_RPC_AGENTS", None)
-    if declared is None:
+    specs = declared_by(module_name, "DISTCONFORM_RPC_AGENTS", option="--rpc-agent-plugin", error=RpcAgentPluginError)
+    if specs is None:
         raise RpcAgentPluginError(f"--rpc-agent-plugin {module_name}: it defines no DISTCONFORM_RPC_AGENTS "
                                   "(an AgentSpec or a list of them)")
-    specs = list(declared) if isinstance(declared, (list, tuple)) else [declared]
     for spec in specs:
         if not isinstance(spec, AgentSpec):
             raise RpcAgentPluginError(f"--rpc-agent-plugin {module_name}: DISTCONFORM_RPC_AGENTS holds "

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from fixtures import rank_main
 from fixtures.rank import ctx
 from suites.checks import expect_tensor
+from suites.soak import resources as held_by_process
 
 LEAK_GRACE_S = 3.0
 ABORT_WAIT_S = 3.0  # how long rank 0 waits on a Work whose group it aborted
@@ -61,26 +62,13 @@ def resources() -> Counter:
     held["threads"] = len(os.listdir("/proc/self/task"))
     for thread in threading.enumerate():  # named Python threads, so a leftover says whose it is
         held[f"thread {thread.name.rstrip('0123456789-_')}"] += 1
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # the descriptor listdir itself used
+    targets = held_by_process.descriptor_targets()
+    for target in targets:
         kind = target.split(":", 1)[0] if ":" in target and not target.startswith("/") else "file"
         held[f"fd {kind}"] += 1
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        try:
-            with open(table) as fh:
-                rows = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                held["listening ports"] += 1
+    listening = held_by_process.listening_ports(held_by_process.socket_inodes(targets))
+    if listening:
+        held["listening ports"] = listening
     with open("/proc/self/maps") as fh:
         held["/dev/shm mappings"] = sum("/dev/shm/" in line for line in fh)
     return held

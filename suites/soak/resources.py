@@ -31,19 +31,25 @@ class Holding:
         return asdict(self)
 
 
-def _socket_inodes() -> set[str]:
-    inodes = set()
+def descriptor_targets() -> list[str]:
+    """What each open descriptor of this process points at (/proc/self/fd/N's link)."""
+    targets = []
     for fd in os.listdir("/proc/self/fd"):
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
         except OSError:
             continue  # the descriptor listdir itself used, or one closed meanwhile
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
-    return inodes
+    return targets
 
 
-def _listening_ports(inodes: set[str]) -> int:
+def socket_inodes(targets: list[str] | None = None) -> set[str]:
+    """The inodes of this process's sockets (of ``targets``, else read now)."""
+    return {t[len("socket:["):-1] for t in (descriptor_targets() if targets is None else targets)
+            if t.startswith("socket:[")}
+
+
+def listening_ports(inodes: set[str]) -> int:
+    """The TCP sockets among ``inodes`` that listen (/proc/net/tcp and tcp6, state LISTEN)."""
     count = 0
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
         try:
@@ -69,13 +75,7 @@ def _shm_entries() -> int:
     held = set()
     with open("/proc/self/maps") as fh:
         held.update(line.split(None, 5)[5].strip() for line in fh if "/dev/shm/" in line)
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("/dev/shm/"):
-            held.add(target)
+    held.update(t for t in descriptor_targets() if t.startswith("/dev/shm/"))
     return len(held)
 
 
@@ -83,7 +83,7 @@ def holding() -> Holding:
     """What this process holds now."""
     fds = len(os.listdir("/proc/self/fd")) - 1  # minus the descriptor listdir opened to read the folder
     return Holding(fds=fds, threads=len(os.listdir("/proc/self/task")),
-                   listening_ports=_listening_ports(_socket_inodes()), shm_entries=_shm_entries(),
+                   listening_ports=listening_ports(socket_inodes()), shm_entries=_shm_entries(),
                    rss_kib=_rss_kib())
 
 
