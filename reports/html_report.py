@@ -117,6 +117,7 @@ def context(records, meta: dict, *, out_dir: str = "", started: float = 0.0) -> 
         "findings": views.findings_by_clause(records),
         "slowest": views.slowest(records, 20),
         "area_times": views.durations_by_area(records),
+        "slowest_clauses": views.slowest_clauses(records),
         "total_time": sum(r.duration for r in records),
         "profiling": _profiling(records, out_dir, started) if out_dir else None,
         "benchmarks": _benchmarks(out_dir) if out_dir else None,

@@ -115,9 +115,30 @@ def _skips(records) -> list[str]:
     return out + [""]
 
 
+def _timing(records, meta: dict) -> list[str]:
+    """Where the time went: per backend/agent and area, then the ten slowest clauses."""
+    if not records:
+        return []
+    summed = sum(r.duration for r in records)
+    wall = meta.get("wall_seconds")
+    out = ["## Where the time went", "",
+           f"Case durations add up to {summed:.1f} s" + (f" in {wall} s of wall time" if wall else "")
+           + " (with pytest-xdist workers cases overlap, so the sum can exceed the wall time).", "",
+           "| backend | area | cases | seconds | cases/s | slowest case |", "|---|---|---|---|---|---|"]
+    for t in views.durations_by_area(records):
+        out.append(f"| {t.target} | {t.area} | {t.cases} | {t.total:.1f} | {t.cases_per_s:.1f} | "
+                   f"`{views.case_id(t.slowest.nodeid)}` {t.slowest.duration:.2f} s |")
+    out += ["", "The ten slowest clauses (every parameter and backend together):", "",
+            "| seconds | cases | area | clause | slowest case |", "|---|---|---|---|---|"]
+    for c in views.slowest_clauses(records):
+        out.append(f"| {c.total:.1f} | {c.cases} | {c.area} | {cell(c.clause, 90)} (`{c.function}`) | "
+                   f"`{views.case_id(c.slowest.nodeid)}` {c.slowest.duration:.2f} s |")
+    return out + [""]
+
+
 def render(records, meta: dict) -> str:
     out = _header(records, meta) + _matrix(records)
-    out += _failures(records) + _gaps(records) + _findings(records) + _skips(records)
+    out += _failures(records) + _gaps(records) + _findings(records) + _skips(records) + _timing(records, meta)
     out.append("Every case, rank texts, timings and profiling: `report.html` and `conformance.json` beside this file.")
     return "\n".join(out) + "\n"
 

@@ -268,18 +268,48 @@ def slowest(records, n: int = 15) -> list:
 
 @dataclass
 class AreaTime:
+    """The time of one backend (and agent) in one area: where a user looks for what to deselect."""
+
+    target: str
     area: str
     cases: int
     total: float
     mean: float
     slowest: object
 
+    @property
+    def cases_per_s(self) -> float:
+        return self.cases / self.total if self.total > 0 else 0.0
+
 
 def durations_by_area(records) -> list[AreaTime]:
-    """Most total time first (skipped cases count as cases; their time is their set-up)."""
+    """Per (backend/agent, area), most total time first (skipped cases count; their time is their set-up)."""
     by_area: dict = defaultdict(list)
     for r in records:
-        by_area[r.area or "-"].append(r)
-    out = [AreaTime(area, len(rs), sum(r.duration for r in rs), sum(r.duration for r in rs) / len(rs),
-                    max(rs, key=lambda r: r.duration)) for area, rs in by_area.items()]
+        by_area[(target(r), r.area or "-")].append(r)
+    out = [AreaTime(t, area, len(rs), sum(r.duration for r in rs), sum(r.duration for r in rs) / len(rs),
+                    max(rs, key=lambda r: r.duration)) for (t, area), rs in by_area.items()]
     return sorted(out, key=lambda t: -t.total)
+
+
+@dataclass
+class ClauseTime:
+    """One clause (a test function, every parameter and target together)."""
+
+    area: str
+    function: str  # file::function
+    clause: str  # its first docstring line
+    cases: int
+    total: float
+    slowest: object
+
+
+def slowest_clauses(records, n: int = 10) -> list[ClauseTime]:
+    """The ``n`` clauses that took the most time in all, with their slowest case."""
+    by_function: dict = defaultdict(list)
+    for r in records:
+        by_function[r.nodeid.split("[", 1)[0]].append(r)
+    out = [ClauseTime(rs[0].area or "-", function, getattr(rs[0], "clause", "") or "", len(rs),
+                      sum(r.duration for r in rs), max(rs, key=lambda r: r.duration))
+           for function, rs in by_function.items()]
+    return sorted(out, key=lambda c: -c.total)[:n]
