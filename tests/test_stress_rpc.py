@@ -291,7 +291,7 @@ def test_cli_counts_wrong_answers(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--agent", "tensorpipe,grpc"), "--agent: unknown 'grpc'; known: tensorpipe, reference-pg, reference-tp"),
+    (("--agent", "tensorpipe,grpc"), "--agent: unknown 'grpc'; known: tensorpipe, tensorpipe-shm, reference-pg, reference-tp"),
     (("--modes", "burst"), "--modes: unknown 'burst'; known: async, sync"),
     (("--world-size", "1"), "--world-size: need world sizes >= 2"),
     (("--num-worker-threads", "0"), "--num-worker-threads must be >= 1"),
