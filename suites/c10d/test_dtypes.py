@@ -302,9 +302,9 @@ def sparse_input(rank: int, shape_name: str, dtype: str = "float32") -> torch.Te
 
 
 def sparse_all_reduce(shape_name: str):
-    tensor = sparse_input(ctx.rank, shape_name)
+    tensor = sparse_input(ctx.rank, shape_name).to(ctx.device)
     dist.all_reduce(tensor)
-    return tensor.is_sparse, tensor.to_dense()
+    return tensor.is_sparse, tensor.to_dense().cpu()
 
 
 def group_sparse_all_reduce(shape_name: str, dtype: str):
@@ -313,12 +313,12 @@ def group_sparse_all_reduce(shape_name: str, dtype: str):
     Not dist.all_reduce: for a complex tensor it hands the group torch.view_as_real(tensor), which for a
     sparse tensor is a copy, so the sum lands in the copy and every rank keeps its input, whatever the
     backend (measured on gloo, reference and native, torch 2.13)."""
-    tensor = sparse_input(ctx.rank, shape_name, dtype)
+    tensor = sparse_input(ctx.rank, shape_name, dtype).to(ctx.device)
     try:
         dist.group.WORLD.allreduce([tensor]).wait()
     except (ValueError, RuntimeError, TypeError) as exc:
         return f"{type(exc).__name__}: {exc}", None
-    return None, (tensor.is_sparse, tensor.to_dense())
+    return None, (tensor.is_sparse, tensor.to_dense().cpu())
 
 
 # ------------------------------------------------------------------ clauses
