@@ -10,8 +10,9 @@ device it is not. A placed tensor's ``.device`` reads ``cpu:0``, so ``device=t.d
 torch.distributed call given a tensor that is not placed is one line of $DEVICE_AUDIT_LOG (JSON: the call,
 where the tensor came from, the clause's line). Tensors made by torch or by backends/ (an implementation
 under test) stay untagged and are never findings; so do nn.Module parameters (torch makes them), and
-ProcessGroup methods called directly are not seen (only torch.distributed functions). Nothing is raised: the run's outcomes stay as they are,
-and a clause that expects an error cannot swallow a finding. tests/test_device_audit.py reads the log.
+ProcessGroup methods called directly are not seen (only torch.distributed functions). Nothing is raised:
+the run's outcomes stay as they are, and a clause that expects an error cannot swallow a finding.
+tests/test_device_audit.py reads the log.
 """
 
 from __future__ import annotations
