@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 
 import pytest
 
 from fixtures import gpu_check
 from fixtures.gpu_check import (EXIT_FAILED, EXIT_NO_GPU, EXIT_PASSED, STEPS, Verdict, bench_verdict, main,
                                 pytest_verdict, run_step)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _plan(capsys, gpus: int) -> str:
@@ -121,3 +125,19 @@ def test_dry_run_on_cpu_runs_pytest_and_reads_its_report(tmp_path, capsys):
     report = json.loads((tmp_path / "nccl" / "conformance.json").read_text())
     assert report["totals"].get("passed", 0) >= 1
     assert {case["backend"] for case in report["cases"]} == {"gloo"}
+
+
+def test_world_size_one_skips_per_case_what_needs_a_peer(tmp_path):
+    """One GPU gives NCCL world size 1: a parameter marked min_world_size(2) (send/recv among the entry
+    points) skips saying so, while its clause's other cases run."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/c10d/test_entry_points.py", "-k", "send_recv or isend_irecv or all_reduce",
+         "--backend", "reference", "--world-size", "1", "-n", "0", "-q", "-p", "no:cacheprovider",
+         "--report-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    cases = {case["nodeid"].split("[")[-1].rstrip("]"): case
+             for case in json.loads((tmp_path / "conformance.json").read_text())["cases"]}
+    for name in ("reference-ws1-send_recv", "reference-ws1-send_recv_object_list"):
+        assert (cases[name]["outcome"], cases[name]["reason"]) == ("skipped", "clause needs world size >= 2")
+    assert cases["reference-ws1-isend_irecv"]["outcome"] == "passed"
+    assert cases["reference-ws1-all_reduce"]["outcome"] == "passed"
