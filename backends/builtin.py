@@ -25,6 +25,17 @@ def _gloo_available() -> Availability:
     return Availability(True)
 
 
+def _gloo_cuda_available() -> Availability:
+    import torch
+
+    gloo = _gloo_available()
+    if not gloo.available:
+        return gloo
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        return Availability(False, "gloo-cuda needs a CUDA GPU and this machine has none")
+    return Availability(True)
+
+
 def _nccl_available() -> Availability:
     import torch
     import torch.distributed as dist
@@ -296,6 +307,18 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
         rank_env={"TORCH_NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"},
         gaps=NCCL_GAPS,
         description="NCCL on CUDA devices, rank r on cuda:r",
+    ),
+    # torch's gloo with the ranks' tensors on CUDA: the device-placement paths of the harness and of every
+    # clause with more ranks than this machine has GPUs (gloo stages CUDA tensors through host memory, so
+    # ranks may share a GPU; ids say gloo-cuda). Gloo's gaps hold (inherited); not checked on a GPU yet.
+    "gloo-cuda": BackendSpec(
+        name="gloo-cuda",
+        device_type="cuda",
+        torch_backend="gloo",
+        shares_devices=True,
+        check_available=_gloo_cuda_available,
+        inherits="gloo",
+        description="gloo with CUDA tensors; ranks share GPUs (rank r on cuda:r mod GPU count)",
     ),
     "mpi": BackendSpec(
         name="mpi",

@@ -436,6 +436,17 @@ class BackendSpec:
     inherited_gaps: tuple[Gap, ...] = ()  # filled by BackendRegistry from ``inherits``
     # per-group descriptors and threads a rank may hold (suites/soak); None: no budget declared, only measured
     resource_budget: ResourceBudget | None = None
+    # the name init_process_group gets ('' = ``name``): lets one torch backend appear as several targets,
+    # e.g. "gloo-cuda" is torch's gloo with CUDA tensors
+    torch_backend: str = ""
+    # ranks may share a device (rank r on <type>:r mod count): only for backends that cannot deadlock
+    # on a shared device (gloo stages CUDA tensors through host memory; NCCL must never share, see devices.py)
+    shares_devices: bool = False
+
+    @property
+    def init_backend(self) -> str:
+        """What init_process_group is called with."""
+        return self.torch_backend or self.name
 
     @property
     def all_gaps(self) -> tuple[Gap, ...]:

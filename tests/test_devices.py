@@ -91,3 +91,16 @@ def test_launched_interleaved_ranks_still_map_by_local_rank():
 def test_launched_duplicate_local_rank_is_a_value_error():
     with pytest.raises(ValueError, match="host a: ranks \\[0, 1\\] do not have distinct local ranks"):
         plan_launched_devices("cuda", [Placement("a", 0, 2), Placement("a", 0, 2)])
+
+
+@pytest.mark.parametrize("count", range(1, 5))
+@pytest.mark.parametrize("world_size", SIZES)
+def test_shared_plan_puts_rank_r_on_r_mod_count(world_size, count):
+    """A spec with shares_devices (gloo-cuda) runs any world size on the GPUs there are."""
+    plan = plan_devices("cuda", world_size, count, shared=True)
+    assert plan.devices == tuple(f"cuda:{r % count}" for r in range(world_size))
+
+
+def test_shared_plan_still_needs_one_device():
+    with pytest.raises(NotEnoughDevices, match=r"^needs a GPU$"):
+        plan_devices("cuda", 2, 0, shared=True)

@@ -101,6 +101,19 @@ def test_registry_knows_the_builtin_backends():
     assert registry.get("nccl").device_type == "cuda"
 
 
+def test_gloo_cuda_is_torch_gloo_on_shared_gpus_with_gloo_gaps():
+    """The gloo-cuda target (fixtures/gpu_check.py): torch's gloo, CUDA tensors, ranks sharing GPUs."""
+    spec = BackendRegistry().get("gloo-cuda")
+    assert (spec.init_backend, spec.device_type, spec.shares_devices) == ("gloo", "cuda", True)
+    assert BackendRegistry().get("gloo").init_backend == "gloo"
+    gap = spec.gap_for(collective="all_reduce", layout="non_contiguous")
+    assert gap is not None and gap.source == "gloo"
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "needs a CUDA GPU" in spec.availability().reason
+
+
 def test_unknown_backend_lists_known_names():
     registry = BackendRegistry()
     with pytest.raises(UnknownBackend) as info:

@@ -70,6 +70,8 @@ CASES = {  # name -> (rank side, the collective it calls: suites/collectives.py 
     "reduce_root_negative": (_invalid_reduce_root, collectives.need("reduce")),
     "all_to_all_mismatched_splits": (_mismatched_split_sizes, collectives.need("all_to_all_single")),
 }
+# the cases whose bad input is a disagreement between ranks: one rank has nobody to disagree with
+BETWEEN_RANKS = ("all_reduce_mismatched_shapes", "all_reduce_mismatched_dtypes", "broadcast_vs_all_reduce")
 for _name, (_, _needs) in CASES.items():
     _needs["bad_input"] = _name
 
@@ -91,7 +93,8 @@ def attempt(case):
 
 
 # ------------------------------------------------------------------ clauses
-@pytest.mark.parametrize("case", [pytest.param(name, marks=pytest.mark.needs(**needs), id=name)
+@pytest.mark.parametrize("case", [pytest.param(name, marks=[pytest.mark.needs(**needs)] + (
+                                      [pytest.mark.min_world_size(2)] if name in BETWEEN_RANKS else []), id=name)
                                   for name, (_, needs) in CASES.items()])
 def test_bad_input_ends_and_is_recorded(world, case, record_property):
     """Bad input (mismatched shapes/dtypes/collectives, invalid roots) raises on every rank within the deadline."""

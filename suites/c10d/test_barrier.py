@@ -79,6 +79,7 @@ def test_barrier_skipped_by_one_rank_times_out(world, record_property):
     expect_timeout_errors(world.run(barrier_timeout_case), "barrier", TIMEOUT_S, record_property)
 
 
+@pytest.mark.min_world_size(2)  # a rank that never arrives: one besides rank 0
 @pytest.mark.needs(feature="monitored_barrier")
 @pytest.mark.parametrize("wait_all_ranks", [False, True], ids=["first_missing", "all_missing"])
 def test_monitored_barrier_names_the_missing_rank(world, wait_all_ranks, record_property):

@@ -86,6 +86,7 @@ def subgroup_rank_queries():
 
 
 # ------------------------------------------------------------------ clauses
+@pytest.mark.min_world_size(2)  # a proper subgroup needs a rank outside it
 @pytest.mark.needs(collective="all_reduce", feature="subgroups")
 def test_subgroup_all_reduce_members_only(world):
     """all_reduce on new_group(ranks) sums over the members only; non-members are untouched."""
@@ -108,6 +109,7 @@ def test_subgroup_non_member_call_returns_untouched(world):
         expect_tensor(tensor, want, f"subgroup all_reduce (non-member calls it) on rank {rank}")
 
 
+@pytest.mark.min_world_size(2)  # a proper subgroup needs a rank outside it
 @pytest.mark.needs(collective="broadcast", feature="subgroups")
 def test_subgroup_broadcast_global_root(world):
     """broadcast on a subgroup takes src as a global rank and reaches only the members."""
@@ -119,6 +121,7 @@ def test_subgroup_broadcast_global_root(world):
             expect_tensor(received[root], want, f"subgroup broadcast from global rank {root} on rank {rank}")
 
 
+@pytest.mark.min_world_size(2)  # a proper subgroup needs a rank outside it
 @pytest.mark.needs(collective="all_gather", feature="subgroups")
 def test_subgroup_all_gather_in_group_rank_order(world):
     """all_gather on a subgroup orders entries by group rank (members in ascending global rank)."""
@@ -133,6 +136,7 @@ def test_subgroup_all_gather_in_group_rank_order(world):
                           f"subgroup all_gather entry {group_rank} on rank {rank}")
 
 
+@pytest.mark.min_world_size(2)  # a proper subgroup needs a rank outside it
 @pytest.mark.needs(feature="subgroups")
 def test_subgroup_rank_and_size(world):
     """get_rank/get_world_size/get_process_group_ranks of a subgroup reflect its members."""

@@ -222,6 +222,7 @@ def test_join_syncs_from_the_authoritative_rank(world, impl):
         assert torch.equal(result["weight"], last["weight"]), f"{what}: weights differ from rank {n - 1}'s"
 
 
+@pytest.mark.min_world_size(2)  # early termination: one rank runs out of inputs before another
 @pytest.mark.parametrize("impl", impls.impl_params())
 def test_throw_on_early_termination_messages(world, impl):
     """Spec D9: rank 0 runs 2 iterations, the others 3: rank 0 raises "Rank 0 exhausted all inputs.", every other rank "Detected at least one rank that exhausted inputs. Throwing across all ranks."."""

@@ -76,7 +76,7 @@ def device_plan(spec, world_size: int):
     from fixtures.devices import NotEnoughDevices, device_count, plan_devices
 
     try:
-        return plan_devices(spec.device_type, world_size, device_count(spec.device_type)).devices
+        return plan_devices(spec.device_type, world_size, device_count(spec.device_type), spec.shares_devices).devices
     except NotEnoughDevices as exc:
         return str(exc)
 
