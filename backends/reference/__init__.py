@@ -43,6 +43,16 @@ DISTCONFORM_SPEC = BackendSpec(
     device_type="cpu",
     check_available=lambda: Availability(True),
     gaps=(
+        # measured on torch 2.13 (suites/c10d/test_capabilities.py); listed first so these reasons are the ones shown
+        Gap({"clause": "test_advertised_capability_works"},
+            "a Python ProcessGroup has no c10d Backend flags: the reference (its own backend: _get_backend(cpu) "
+            "answers the group) has no supports_splitting, supports_shrinking, supports_coalescing, "
+            "supports_time_estimate or supports_tensor_alloc attribute, so it advertises none of them (it does "
+            "coalesce; it does not advertise supports_coalescing because torch 2.14's batch_isend_irecv would "
+            "then take the C++ coalescing path)"),
+        Gap({"feature": ("suspend_resume", "memory_stats")},
+            "the reference has no suspend/resume and keeps no memory statistics: "
+            "\"AttributeError: 'ReferenceProcessGroup' object has no attribute 'suspend'\" ('memory_stats' likewise)"),
         MONITORED_BARRIER_GLOO_ONLY,
         SPLIT_NEEDS_ACCELERATOR,
         Gap({"feature": "shrinking"},
