@@ -56,9 +56,10 @@ DISTCONFORM_SPEC = BackendSpec(
         MONITORED_BARRIER_GLOO_ONLY,
         SPLIT_NEEDS_ACCELERATOR,
         Gap({"feature": "shrinking"},
-            "shrink_group asks the group for its C++ device backend, which a Python ProcessGroup does not have: "
-            "'RuntimeError: Cannot access device backend for process group ...' (torch 2.13 shrinks through "
-            "Backend.shrink, NCCL only)"),
+            "the reference cannot shrink a group: shrink_group asks the group's device backend (the group itself, "
+            "_get_backend(cpu)) for supports_shrinking, which it lacks, and fails with \"TypeError: Process group "
+            "backend for '<name>' does not support shrinking operations.\" (torch 2.13 shrinks through the C++ "
+            "Backend.shrink, NCCL only; measured by test_shrink_group and test_shrink_after_a_rank_died)"),
         Gap({"flight_recorder": FLIGHT_RECORDER_PARTS},
             "a backend written in Python cannot record into torch's flight recorder: torch 2.13 records from C++ "
             "only (FlightRecorder<c10::Event>::record, called by ProcessGroupGloo/NCCL themselves), "

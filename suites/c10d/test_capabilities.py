@@ -1,89 +1,54 @@
-"""Contract: every capability a backend offers works when it is called, not only when it is looked up.
+"""Contract: what a group is created with is what its backend reports, and an advertised capability works.
 
-Backends ship capabilities that look present until used (issue 25: XCCL binds
-``supportsSplitting``, completion hooks, ``suspend``/``resume`` and memory
-stats that fail or answer false). Each clause here calls the thing:
+Backends ship capabilities that look present until they are used (issue 25:
+XCCL binds ``supportsSplitting`` and friends that fail or answer false when
+called; rebuilt groups that drop their timeout kill jobs at 600 s). Each
+clause calls the thing:
 
 * options round-trip: the timeout and ``group_desc`` a group was created
   with are what its backend (``group._get_backend(device).options._timeout``)
   and c10d (``group.group_desc``, ``_get_pg_config``) report, after
   ``set_timeout``, and again for a subgroup created after one was destroyed;
+  the default group's ``bound_device_id`` is the ``device_id`` init was given;
   ``split_group`` keeps them where the backend splits;
-* advertised capabilities: every ``Backend.supports_*`` flag torch 2.13 has
+* advertised capabilities: every ``Backend.supports_*`` flag of torch 2.13
   (backends/spec.py FEATURES) is read from the group's backend and, where it
-  is True, exercised; True but failing is a failure, False is a failure too
-  unless the backend's spec declares the gap (capabilities are data);
-* hooks and state: ``_register_on_completion_hook`` fires once per Work with
-  its sequence number and duration, ``_wait_for_pending_works`` returns with
-  every Work done, ``suspend``/``resume`` keep the group usable,
-  ``memory_stats`` answers a dict;
-* the two name sets of the single-buffer collectives (the group methods
-  ``all_gather_single``/``_allgather_base``, ``reduce_scatter_single``/
-  ``_reduce_scatter_base``, ``all_to_all_single``/``alltoall_base``; read
-  from suites/collectives.py's ``group_methods``) give the same result as
-  the table's oracle (the ``dist.*`` names are test_entry_points.py's);
+  is True on any rank, exercised; True but failing is a failure, and so is
+  False unless the backend's spec declares the gap (capabilities are data);
 * shrink after a death: the remaining ranks shrink a group whose last rank
-  aborted its membership (its process stays, so the world survives), then
-  shrink again, and the shrunk groups keep the timeout.
+  aborted its membership without a word (its process stays, so the world
+  survives), shrink again at world size 3 and more, and the shrunk groups
+  keep the timeout.
 
-Every clause leaves the world as it found it: a default group over all ranks.
+Hooks and backend state are test_backend_state.py's, the method names of the
+single-buffer collectives test_method_names.py's. Every clause leaves the
+world as it found it: a default group over all ranks.
 """
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from backends.spec import FEATURES
 from fixtures.rank import ctx
-from suites import collectives, values
+from suites.c10d.group_probes import backend_of, error, reported, summed, total
 from suites.checks import expect_tensor
 
 CREATED_TIMEOUT = timedelta(seconds=41)
 CHANGED_TIMEOUT = timedelta(seconds=43)
 RECREATED_TIMEOUT = timedelta(seconds=47)
-NUMEL = 6
-
-
-def summed(group=None) -> torch.Tensor:
-    """all_reduce of (rank + 1) over ``group``, on cpu."""
-    tensor = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
-    dist.all_reduce(tensor, group=group)
-    return tensor.cpu()
-
-
-def total(ranks) -> torch.Tensor:
-    return torch.full((4,), float(sum(r + 1 for r in ranks)))
-
-
-def backend_of(group):
-    """The c10d Backend that serves ``group`` on this world's device (a Python group answers itself)."""
-    return group._get_backend(torch.device(ctx.device))
-
-
-def error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
-
-
-def reported(group) -> dict:
-    """What the backend and c10d say about ``group``: its timeout, description and name."""
-    seen: dict = {}
-    try:
-        seen["timeout"] = backend_of(group).options._timeout
-    except Exception as exc:  # the finding: how the accessor fails on this backend
-        seen["timeout"] = error(exc)
-    seen["group_desc"] = group.group_desc
-    seen["pg_config_desc"] = dist.distributed_c10d._get_pg_config(group)["pg_desc"]
-    return seen
 
 
 # ------------------------------------------------------------ rank side: options
 def options_round_trip() -> dict:
     """The default group's options; a subgroup's as created, after set_timeout, and a re-created one's."""
-    out = {"default": reported(dist.group.WORLD), "bound_device_id": dist.group.WORLD.bound_device_id}
+    # the harness passes device_id= to init_process_group for an accelerator only (fixtures/devices.py)
+    bound_to = None if ctx.device == "cpu" else torch.device(ctx.device)
+    out = {"default": reported(dist.group.WORLD), "bound_device_id": (dist.group.WORLD.bound_device_id, bound_to)}
     group = dist.new_group(timeout=CREATED_TIMEOUT, group_desc="probes_created")
     out["created"] = reported(group)
     group.set_timeout(CHANGED_TIMEOUT)
@@ -165,7 +130,7 @@ def _advertised(backend, flag: str):
 def advertised_capability(feature: str) -> tuple[object, str]:
     """(the flag's value on the group's backend, '' or the error exercising it raised); every rank
     exercises it when the flag is True on any rank."""
-    flag = collectives_flag(feature)
+    flag = FEATURES[feature]
     group = dist.new_group()
     advertised = _advertised(backend_of(group), flag)
     flags = [None] * ctx.world_size
@@ -180,110 +145,6 @@ def advertised_capability(feature: str) -> tuple[object, str]:
     if not (feature == "shrinking" and any(flags) and not failure and ctx.rank != ctx.world_size - 1):
         dist.destroy_process_group(group)  # shrink_group destroyed it on the ranks that shrank it
     return advertised, failure
-
-
-def collectives_flag(feature: str) -> str:
-    from backends.spec import FEATURES
-
-    return FEATURES[feature]
-
-
-# ------------------------------------------------------ rank side: hooks, state
-def completion_hook() -> list:
-    """(seq, duration in ms, op type) the hook saw for two all_reduces on a fresh group."""
-    group = dist.new_group()
-    seen = []
-    try:
-        group._register_on_completion_hook(
-            lambda info: seen.append((info.seq, info.active_duration.total_seconds() * 1000, str(info.op_type))))
-        for _ in range(2):
-            dist.all_reduce(torch.ones(4, device=ctx.device), group=group, async_op=True).wait()
-        deadline = time.monotonic() + 2.0
-        while len(seen) < 2 and time.monotonic() < deadline:  # the hook runs on the backend's thread
-            time.sleep(0.01)
-        time.sleep(0.1)  # a second firing of one Work would come now
-    finally:
-        dist.barrier()
-        dist.destroy_process_group(group)
-    return seen
-
-
-def pending_works() -> list[bool]:
-    """is_completed() of three async all_reduces right after _wait_for_pending_works()."""
-    group = dist.new_group()
-    try:
-        works = [dist.all_reduce(torch.ones(1 << 16, device=ctx.device), group=group, async_op=True)
-                 for _ in range(3)]
-        group._wait_for_pending_works()
-        done = [work.is_completed() for work in works]
-        for work in works:
-            work.wait()
-    finally:
-        dist.barrier()
-        dist.destroy_process_group(group)
-    return done
-
-
-def suspend_resume() -> torch.Tensor:
-    """suspend() then resume() of the group's backend; an all_reduce on the group afterwards."""
-    group = dist.new_group()
-    try:
-        backend = backend_of(group)
-        dist.barrier(group=group)
-        backend.suspend()
-        backend.resume()
-        return summed(group)
-    finally:
-        dist.barrier()
-        dist.destroy_process_group(group)
-
-
-def memory_stats() -> object:
-    group = dist.new_group()
-    try:
-        return backend_of(group).memory_stats()
-    finally:
-        dist.destroy_process_group(group)
-
-
-# -------------------------------------------------- rank side: the two name sets
-def _group_opts(family: str, a: collectives.Args):
-    c10d = dist.distributed_c10d
-    if family == "all_gather":
-        return c10d.AllgatherOptions()
-    opts = c10d.ReduceScatterOptions() if family == "reduce_scatter" else c10d.AllToAllOptions()
-    if family == "reduce_scatter":
-        opts.reduceOp = a.op
-    return opts
-
-
-def _call_group_method(entry: collectives.Collective, method: str, a: collectives.Args):
-    """ProcessGroup.<method> (one of the record's group_methods) with the record's buffers."""
-    fn = getattr(dist.group.WORLD, method)
-    opts = _group_opts(entry.family, a)
-    if entry.family == "all_to_all":
-        return fn(a.outputs[0], a.inputs[0], [], [], opts)
-    return fn(a.outputs[0], a.inputs[0], opts)
-
-
-def group_method(name: str, method: str) -> list:
-    """This rank's result chunks of collective ``name`` called as the group's ``method``."""
-    entry = collectives.get(name)
-    n = ctx.world_size
-    chunks = [values.rank_payload(ctx.rank, NUMEL, "float32", 10 * j).to(ctx.device) for j in range(entry.inputs.count(n))]
-    a = collectives.args_for(entry, chunks, lambda j: torch.full((NUMEL,), -1.0, device=ctx.device), group_size=n,
-                             is_root=ctx.rank == n - 1, op=dist.ReduceOp.SUM, root=n - 1)
-    work = _call_group_method(entry, method, a)
-    if work is not None:
-        work.wait()
-    return [chunk.cpu() for chunk in collectives.result_chunks(entry, a, [NUMEL] * n)]
-
-
-def expected_group_method(name: str, n: int) -> list:
-    entry = collectives.get(name)
-    inputs = [[values.rank_payload(r, NUMEL, "float32", 10 * j) for j in range(entry.inputs.count(n))]
-              for r in range(n)]
-    return entry.oracle(inputs, "sum" if entry.reduces else None, None)
 
 
 # ------------------------------------------------------ rank side: shrink after death
@@ -323,7 +184,7 @@ def shrink_after_death() -> dict | str | None:
 # ------------------------------------------------------------------ clauses
 @pytest.mark.needs(feature="backend_options")
 def test_group_options_round_trip(world):
-    """The timeout and group_desc a group was created with are what its backend reports, after set_timeout and re-creation."""
+    """The timeout, group_desc and bound device a group was created with are what its backend reports, after set_timeout and re-creation."""
     pg_timeout = timedelta(seconds=world.pg_timeout)
     n = world.world_size
     for rank, out in enumerate(world.run(options_round_trip)):
@@ -331,6 +192,8 @@ def test_group_options_round_trip(world):
         assert out["default"]["timeout"] == pg_timeout, \
             f"{where}: the default group reports timeout {out['default']['timeout']}, created with {pg_timeout}"
         assert out["default"]["group_desc"] == "default_pg", f"{where}: default group desc {out['default']!r}"
+        bound, given = out["bound_device_id"]
+        assert bound == given, f"{where}: the default group's bound_device_id is {bound!r}, init was given {given!r}"
         for stage, timeout, desc in (("created", CREATED_TIMEOUT, "probes_created"),
                                      ("changed", CHANGED_TIMEOUT, "probes_created"),
                                      ("recreated", RECREATED_TIMEOUT, "probes_recreated")):
@@ -361,59 +224,12 @@ def test_split_group_keeps_options(world):
 @pytest.mark.needs(clause="test_advertised_capability_works")
 def test_advertised_capability_works(world, feature, record_property):
     """A Backend.supports_* flag is True and the capability works when called; False is a gap the spec must declare."""
-    flag = collectives_flag(feature)
+    flag = FEATURES[feature]
     results = world.run(advertised_capability, feature)
     record_property("finding", f"{flag}: {[advertised for advertised, _ in results]}")
     for rank, (advertised, failure) in enumerate(results):
         assert not failure, f"rank {rank}: {flag}={advertised!r}, but using it failed: {failure}"
         assert advertised is True, f"rank {rank}: the backend does not advertise {flag} (it is {advertised!r})"
-
-
-@pytest.mark.needs(feature="completion_hook", collective="all_reduce")
-def test_completion_hook_fires_once_per_work(world):
-    """_register_on_completion_hook fires once per Work, with increasing sequence numbers and a duration."""
-    for rank, seen in enumerate(world.run(completion_hook)):
-        assert len(seen) == 2, f"rank {rank}: the hook fired {len(seen)} times for 2 all_reduces: {seen}"
-        (seq_a, ms_a, _), (seq_b, ms_b, _) = seen
-        assert seq_b > seq_a, f"rank {rank}: sequence numbers {seq_a}, {seq_b} do not increase"
-        assert ms_a >= 0 and ms_b >= 0, f"rank {rank}: durations {ms_a} ms, {ms_b} ms"
-
-
-@pytest.mark.needs(feature="pending_works", collective="all_reduce")
-def test_wait_for_pending_works(world):
-    """_wait_for_pending_works returns with every Work issued on the group completed."""
-    for rank, done in enumerate(world.run(pending_works)):
-        assert all(done), f"rank {rank}: after _wait_for_pending_works the Works' is_completed() are {done}"
-
-
-@pytest.mark.needs(feature="suspend_resume", collective="all_reduce")
-def test_suspend_resume_keeps_the_group(world):
-    """Backend.suspend() then resume() leaves the group working."""
-    for rank, value in enumerate(world.run(suspend_resume)):
-        expect_tensor(value, total(range(world.world_size)), f"rank {rank}: all_reduce after suspend/resume")
-
-
-@pytest.mark.needs(feature="memory_stats")
-def test_memory_stats_answers(world):
-    """Backend.memory_stats() answers a dict."""
-    for rank, stats in enumerate(world.run(memory_stats)):
-        assert isinstance(stats, dict), f"rank {rank}: memory_stats() gave {stats!r}"
-
-
-def name_set_cases() -> list:
-    return [pytest.param(entry.name, method, id=f"{entry.name}-{method}",
-                         marks=pytest.mark.needs(**entry.need(), entry_point=f"ProcessGroup.{method}"))
-            for entry in collectives.TABLE.values() for method in entry.group_methods]
-
-
-@pytest.mark.parametrize("name,method", name_set_cases())
-def test_group_method_names_agree(world, name, method):
-    """Each ProcessGroup method name of a single-buffer collective (new and old) gives the oracle's result."""
-    expected = expected_group_method(name, world.world_size)
-    for rank, (actual, want) in enumerate(zip(world.run(group_method, name, method), expected)):
-        assert len(actual) == len(want), f"rank {rank}: {len(actual)} chunks, expected {len(want)}"
-        for j, (a, w) in enumerate(zip(actual, want)):
-            expect_tensor(a, w, f"group.{method} on rank {rank}, chunk {j}")
 
 
 @pytest.mark.needs(feature="shrinking", collective="all_reduce")

@@ -4,13 +4,13 @@ The reference backend tells its completion hooks about a finished collective
 once; this one tells them again (a backend calling its hooks both from the
 work's completion and from a later sweep of finished works), so a profiler
 counting collectives through ``_register_on_completion_hook`` counts each one
-twice. Caught by suites/c10d/test_capabilities.py::test_completion_hook_fires_once_per_work.
+twice. Caught by suites/c10d/test_backend_state.py::test_completion_hook_fires_once_per_work.
 """
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
 CONTRACT = "_register_on_completion_hook fires once per Work"
-SUITE = "suites/c10d/test_capabilities.py"
+SUITE = "suites/c10d/test_backend_state.py"
 
 
 class CompletionHookTwice(ReferenceProcessGroup):
