@@ -30,10 +30,13 @@ def error(exc: BaseException) -> str:
 
 
 def reported(group) -> dict:
-    """What the backend and c10d say about ``group``: its timeout, description and name."""
+    """What the backend and c10d say about ``group``: its timeout (or how asking fails), description, and the
+    type of the backend that answered (under DETAIL torch's wrapper, where it wrapped the group)."""
     seen: dict = {}
     try:
-        seen["timeout"] = backend_of(group).options._timeout
+        backend = backend_of(group)
+        seen["backend_type"] = type(backend).__name__
+        seen["timeout"] = backend.options._timeout
     except Exception as exc:  # the finding: how the accessor fails on this backend
         seen["timeout"] = error(exc)
     seen["group_desc"] = group.group_desc

@@ -18,7 +18,7 @@ clause calls the thing:
 * shrink after a death: the remaining ranks shrink a group whose last rank
   aborted its membership without a word (its process stays, so the world
   survives), shrink again at world size 3 and more, and the shrunk groups
-  keep the timeout.
+  report the timeout their parent reported.
 
 Hooks and backend state are test_backend_state.py's, the method names of the
 single-buffer collectives test_method_names.py's. Every clause leaves the
@@ -153,6 +153,8 @@ def shrink_after_death() -> dict | str | None:
     n = ctx.world_size
     group = dist.new_group(timeout=CREATED_TIMEOUT)
     summed(group)
+    parent = reported(group)
+    parent_timeout = f"{parent['timeout']} ({parent.get('backend_type')})"
     if ctx.rank == n - 1:
         dist.distributed_c10d._abort_process_group(group)
         ctx.store.set("probes/dead", "1")
@@ -163,7 +165,9 @@ def shrink_after_death() -> dict | str | None:
     try:
         shrunk = dist.shrink_group([n - 1], group=group)  # destroys ``group`` on success (torch 2.13)
         group = None
-        out["first"] = (dist.get_process_group_ranks(shrunk), summed(shrunk), reported(shrunk)["timeout"])
+        mine = reported(shrunk)
+        out["first"] = (dist.get_process_group_ranks(shrunk), summed(shrunk),
+                        (f"{mine['timeout']} ({mine.get('backend_type')})", parent_timeout))
         if n >= 3:
             if ctx.rank != n - 2:
                 again = dist.shrink_group([n - 2], group=shrunk)
@@ -232,10 +236,10 @@ def test_advertised_capability_works(world, feature, record_property):
         assert advertised is True, f"rank {rank}: the backend does not advertise {flag} (it is {advertised!r})"
 
 
-@pytest.mark.needs(feature="shrinking", collective="all_reduce")
+@pytest.mark.needs(feature="shrinking", collective="all_reduce", clause="test_shrink_after_a_rank_died")
 @pytest.mark.min_world_size(2)
 def test_shrink_after_a_rank_died(world):
-    """After a rank left a group without a word, shrink_group gives the rest a working group (twice), with the timeout kept."""
+    """After a rank left a group without a word, shrink_group gives the rest a working group (twice), keeping its parent's timeout."""
     n = world.world_size
     results = world.run(shrink_after_death)
     for rank, out in enumerate(results[:-1]):
@@ -243,7 +247,10 @@ def test_shrink_after_a_rank_died(world):
         ranks, value, timeout = out["first"]
         assert ranks == list(range(n - 1)), f"rank {rank}: the shrunk group holds {ranks}"
         expect_tensor(value, total(range(n - 1)), f"rank {rank}: all_reduce on the shrunk group")
-        assert timeout == CREATED_TIMEOUT, f"rank {rank}: the shrunk group reports timeout {timeout}"
+        # what the parent reported (test_group_options_round_trip holds that to the timeout it was created with)
+        shrunk_timeout, parent_timeout = timeout
+        assert shrunk_timeout == parent_timeout, \
+            f"rank {rank}: the shrunk group reports timeout {shrunk_timeout}, its parent {parent_timeout}"
         if "second" in out:
             ranks, value = out["second"]
             expect_tensor(value, total(range(n - 2)), f"rank {rank}: all_reduce after the second shrink")
