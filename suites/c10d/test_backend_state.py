@@ -1,16 +1,17 @@
 """Contract: the hooks and state calls a backend offers beyond collectives work when called.
 
+c10d offers completion hooks and waiting for pending Works for NCCL only, and
+suspend/resume and memory statistics for backends that implement them; a
+backend that does not declares the gap with its error (issue 25: XCCL binds
+them and fails when they are called). Every clause works on a fresh
+subgroup and destroys it:
+
 * ``_register_on_completion_hook`` fires once per Work, with increasing
   sequence numbers and a duration;
 * ``_wait_for_pending_works`` returns with every Work issued on the group
   completed;
 * ``Backend.suspend()`` then ``resume()`` leave the group working;
 * ``Backend.memory_stats()`` answers a dict.
-
-c10d offers the first two for NCCL only and the last two for backends that
-implement them; a backend that does not declares the gap with its error
-(issue 25: XCCL binds them and fails when they are called). Every clause
-works on a fresh subgroup and destroys it.
 """
 
 from __future__ import annotations
