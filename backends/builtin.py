@@ -261,6 +261,28 @@ GLOO_GAPS += (
     ),
 )
 
+# What a gloo group's backend offers beyond collectives (suites/c10d/test_capabilities.py), measured on torch 2.13
+# at ws2 and ws3 (OFF, INFO, DETAIL): the options it was created with round-trip (timeout, group_desc), the old and
+# new single-buffer method names agree; the rest is refused by the backend (or by c10d's ProcessGroup for it)
+GLOO_GAPS += (
+    Gap({"clause": "test_advertised_capability_works", "feature": ("coalescing", "time_estimate", "tensor_alloc")},
+        "gloo does not advertise them: its Backend's supports_coalescing, supports_time_estimate and "
+        "supports_tensor_alloc(cpu) are False (torch 2.13; the *_coalesced fast paths still work, "
+        "start/end coalescing does not, see the coalescing gap)"),
+    Gap({"feature": "completion_hook"},
+        "gloo has no completion hooks: group._register_on_completion_hook(hook) fails with 'RuntimeError: Only "
+        "ProcessGrouppNCCL supports onCompletion hook, but got gloo backend.' (torch 2.13)"),
+    Gap({"feature": "pending_works"},
+        "gloo cannot wait for its pending Works: group._wait_for_pending_works() fails with 'RuntimeError: Only "
+        "ProcessGrouppNCCL supports waitForPendingWorks, but got gloo backend.' (torch 2.13)"),
+    Gap({"feature": "suspend_resume"},
+        "gloo cannot be suspended: its Backend's suspend() fails with 'RuntimeError: Backend gloo does not support "
+        "suspend' (resume() likewise; torch 2.13)"),
+    Gap({"feature": "memory_stats"},
+        "gloo keeps no memory statistics: its Backend's memory_stats() fails with 'RuntimeError: Backend gloo does "
+        "not support getMemoryStats' (torch 2.13)"),
+)
+
 NCCL_GAPS = (
     Gap({"op": ("band", "bor", "bxor")}, "NCCL has no bitwise reductions: 'Cannot use ReduceOp.BAND with NCCL'"),
     Gap({"feature": "recv_any_source"}, "NCCL cannot receive from any source (ProcessGroupNCCL has no recvAnysource)"),

@@ -86,6 +86,12 @@ FEATURES: dict[str, str | None] = {
     "concurrent_groups": None,  # operations on separate groups from separate threads at once (suites/soak)
     "big_count": None,  # a collective over more than 2**31 elements (suites/soak)
     "concurrent_group_creation": None,  # groups created from several threads at once over one store client
+    # what a group's backend reports and offers beyond collectives (suites/c10d/test_capabilities.py)
+    "backend_options": None,  # group._get_backend(device).options._timeout: the timeout it was created with
+    "completion_hook": None,  # ProcessGroup._register_on_completion_hook: once per Work, seq and duration
+    "pending_works": None,  # ProcessGroup._wait_for_pending_works
+    "suspend_resume": None,  # Backend.suspend() / resume()
+    "memory_stats": None,  # Backend.memory_stats()
 }
 
 # Element types by the name torch gives them (str(torch.float32) without "torch."), torch 2.13's

@@ -28,6 +28,37 @@ NAME = "native"
 
 GAPS = (
     MONITORED_BARRIER_GLOO_ONLY,
+    # what a native group's backend offers beyond collectives (suites/c10d/test_capabilities.py,
+    # test_backend_state.py), measured on torch 2.13 at ws2 and ws3: it coalesces and shrinks (after a rank
+    # left too) as it advertises; the rest c10d refuses for a plugin backend before native is asked
+    Gap({"feature": "backend_options"},
+        "torch 2.13 binds a backend's options for its own backends only (ProcessGroupGloo/NCCL.options): for a "
+        "plugin, group._get_backend(cpu).options fails with \"AttributeError: 'torch._C._distributed_c10d.Backend' "
+        "object has no attribute 'options'\", though native answers c10d's getBackendOptions() (its timeout) in C++ "
+        "(under DETAIL torch's _ProcessGroupWrapper answers for it, with the right timeout: no gap there)",
+        unless_env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
+    Gap({"clause": "test_shrink_after_a_rank_died"},
+        "under TORCH_DISTRIBUTED_DEBUG=DETAIL shrink_group's group escapes torch's wrapper: the parent group's "
+        "backend is a _ProcessGroupWrapper reporting its timeout, the shrunk group's is the bare native Backend, "
+        "which torch 2.13 gives no options: \"the shrunk group reports timeout AttributeError: "
+        "'torch._C._distributed_c10d.Backend' object has no attribute 'options' (Backend), its parent 0:00:41 "
+        "(_ProcessGroupWrapper)\" (the shrink itself works; new_group's groups are wrapped)",
+        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
+    Gap({"clause": "test_advertised_capability_works", "feature": ("time_estimate", "tensor_alloc")},
+        "native does not advertise them: its Backend's supports_time_estimate and supports_tensor_alloc(cpu) are "
+        "False (c10d's defaults; torch 2.13)"),
+    Gap({"feature": "completion_hook"},
+        "c10d refuses completion hooks for every backend but NCCL: group._register_on_completion_hook(hook) fails "
+        "with 'RuntimeError: Only ProcessGrouppNCCL supports onCompletion hook, but got native backend.' (torch 2.13)"),
+    Gap({"feature": "pending_works"},
+        "c10d refuses _wait_for_pending_works for every backend but NCCL: 'RuntimeError: Only ProcessGrouppNCCL "
+        "supports waitForPendingWorks, but got native backend.' (torch 2.13)"),
+    Gap({"feature": "suspend_resume"},
+        "native does not implement suspend/resume: c10d's default Backend::suspend() fails with 'RuntimeError: "
+        "Backend native does not support suspend' (torch 2.13)"),
+    Gap({"feature": "memory_stats"},
+        "native keeps no memory statistics: c10d's default Backend::getMemoryStats() fails with 'RuntimeError: "
+        "Backend native does not support getMemoryStats' (torch 2.13)"),
     Gap({"feature": "work_sequence_number"},
         "torch's ProcessGroup answers sequence numbers only for its built-in backends: "
         "group._get_sequence_number_for_group() fails with 'RuntimeError: ProcessGroup custom does not yet support "

@@ -176,6 +176,9 @@ class Collective:
     labels: tuple[str, str] = ("input", "output")
     # torch.distributed functions with this call's signature, the one ``issue`` uses first; () = (name,)
     entry_points: tuple[str, ...] = ()
+    # the ProcessGroup methods it reaches the backend through, torch 2.13's name first and the older Backend
+    # name after (suites/c10d/test_capabilities.py calls each on the group; out-of-tree backends broke on one)
+    group_methods: tuple[str, ...] = ()
     async_entry_point: bool = False  # the entry-point clause also calls it with async_op=True (case <name>_async)
     coalesced: Coalesced = field(default_factory=Coalesced)
     dtypes_moved: tuple[str, ...] = ()  # MOVED_DTYPES it must carry bit for bit (suites/c10d/test_dtypes.py)
@@ -458,7 +461,8 @@ TABLE: dict[str, Collective] = {c.name: c for c in (
                dtypes_moved=MOVED_BY_ALL + (COMPLEX,)),
     Collective("all_gather_into_tensor", "all_gather", "single", ONE, FLAT, False, ALL_TO_ALL,
                _call_all_gather_into_tensor, _oracle_all_gather, _bus_partitioned,
-               entry_points=("all_gather_single", "all_gather_into_tensor"),
+               entry_points=("all_gather_single", "all_gather_into_tensor", "_all_gather_base"),
+               group_methods=("all_gather_single", "_allgather_base"),
                coalesced=Coalesced(manager=True), dtypes_moved=MOVED_BY_ALL,
                functional=Functional(("all_gather_single", "all_gather_tensor"),
                                      ("all_gather_single_autograd", "all_gather_tensor_autograd"),
@@ -473,13 +477,15 @@ TABLE: dict[str, Collective] = {c.name: c for c in (
                _call_reduce_scatter, _oracle_reduce_scatter, _bus_partitioned, dtypes_reduced=(COMPLEX,)),
     Collective("reduce_scatter_tensor", "reduce_scatter", "single", FLAT, ONE, True, ALL_TO_ALL,
                _call_reduce_scatter_tensor, _oracle_reduce_scatter, _bus_partitioned,
-               entry_points=("reduce_scatter_single", "reduce_scatter_tensor"),
+               entry_points=("reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base"),
+               group_methods=("reduce_scatter_single", "_reduce_scatter_base"),
                coalesced=Coalesced(manager=True), dtypes_reduced=(COMPLEX, PREMUL_SUM),
                functional=Functional(("reduce_scatter_single", "reduce_scatter_tensor"),
                                      ("reduce_scatter_single_autograd", "reduce_scatter_tensor_autograd"),
                                      _funcol_reduce_scatter, adjoint="all_gather_into_tensor")),
     Collective("all_to_all_single", "all_to_all", "single", FLAT, FLAT, False, ALL_TO_ALL,
                _call_all_to_all_single, _oracle_all_to_all_single, _bus_partitioned, splits=("even", "uneven"),
+               group_methods=("all_to_all_single", "alltoall_base"),
                dtypes_moved=MOVED_BY_ALL,
                functional=Functional(("all_to_all_single",), ("all_to_all_single_autograd",),
                                      _funcol_all_to_all_single, adjoint="all_to_all_single")),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import queue
 import threading
 import time
@@ -130,6 +131,18 @@ class ReferenceWork(dist.Work):
         return self.source
 
 
+@dataclasses.dataclass(frozen=True)
+class CompletedWork:
+    """What a completion hook is told about a finished Work: c10d's WorkInfo fields (op_type as a name;
+    a Python group cannot build the C++ WorkInfo)."""
+
+    op_type: str
+    seq: int
+    time_started: float  # perf_counter() seconds
+    time_finished: float
+    active_duration: timedelta
+
+
 class CollectiveMismatch(RuntimeError):
     pass
 
@@ -172,6 +185,9 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._coalesced: list[ReferenceWork] | None = None  # between _start_coalescing and _end_coalescing
+        self._completion_hooks: list = []  # _register_on_completion_hook; called once per finished collective
+        self._pending: set[ReferenceWork] = set()  # queued or running collectives (_wait_for_pending_works)
+        self._pending_lock = threading.Lock()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._work_loop, name=f"reference-worker-r{rank}", daemon=True)
         self._worker.start()
@@ -213,6 +229,41 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 raise
             return self
 
+    @property
+    def options(self):
+        """The options the group runs with, as a c10d Backend reports them (``_timeout`` follows set_timeout):
+        what ``group._get_backend(device).options`` answers for a C++ backend."""
+        reported = torch._C._distributed_c10d.Backend.Options("reference", self.timeout)
+        reported.group_name = self.getGroupName()
+        reported.global_ranks_in_group = list(self.global_ranks)
+        return reported
+
+    # c10d offers these for NCCL only; the reference keeps them in Python
+    def _register_on_completion_hook(self, hook) -> None:
+        self._completion_hooks.append(hook)
+
+    def _has_hooks(self) -> bool:
+        return bool(self._completion_hooks)
+
+    def _wait_for_pending_works(self) -> None:
+        """Return once every collective issued on this group so far has finished (successfully or not)."""
+        with self._pending_lock:
+            pending = list(self._pending)
+        for work in pending:
+            work._done.wait(work.timeout_s)
+
+    def _completed(self, work: ReferenceWork, seq: int, name: str) -> None:
+        """Tell the completion hooks about ``work`` (once), then stop counting it as pending."""
+        started = work.started if work.started is not None else work.ended
+        info = CompletedWork(name, seq, started, work.ended, timedelta(seconds=work.ended - started))
+        for hook in self._completion_hooks:
+            try:
+                hook(info)
+            except Exception:  # a hook's error must not kill the group's worker (c10d logs and goes on)
+                pass
+        with self._pending_lock:
+            self._pending.discard(work)
+
     def __repr__(self):
         return f"<ReferenceProcessGroup rank {self.rank()}/{self.size()} global ranks {self.global_ranks}>"
 
@@ -225,6 +276,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         timeout_s = _seconds(opts_timeout, self.timeout)
         # the worker enforces the timeout itself; wait() only guards against a wedged worker
         work = self.work_class(f"{name} (collective #{seq})", timeout_s + 60)
+        with self._pending_lock:
+            self._pending.add(work)
         self._jobs.put((work, seq, dict(fingerprint, op=name), run, timeout_s))
         if self._coalesced is not None:
             self._coalesced.append(work)
@@ -259,6 +312,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 work.fail(exc)
             else:
                 work.complete(result)
+            self._completed(work, seq, fingerprint["op"])
 
     def _round(self, seq: int, fingerprint: dict, deadline: float, timeout_s: float,
                payloads: dict[int, torch.Tensor] | None = None, step: int = 0) -> dict[int, torch.Tensor | None]:

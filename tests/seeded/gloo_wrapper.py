@@ -31,6 +31,8 @@ reading ``torch/distributed/distributed_c10d.py``):
   ``destroy_process_group(subgroup)`` with it) unless the subclass keeps the
   name itself: ``_set_group_name``/``getGroupName`` (the C++ trampoline calls
   the Python ``getGroupName``) and the same for the description.
+* ``group._get_backend(device)`` (a group's options, its ``supports_*`` flags)
+  answers gloo for the cpu device, as for a plain gloo group.
 * ``dist.recv`` without a source reads the sender from ``work._source_rank()``.
 * The gloo ``Backend`` binding has no ``allgather_into_tensor_coalesced``,
   ``reduce_scatter_tensor_coalesced`` and friends; those go through a plain
@@ -184,6 +186,17 @@ class GlooWrapper(dist.ProcessGroup):
 
     def getGroupDesc(self):
         return getattr(self, "_group_desc", "")
+
+    def _get_backend(self, device):
+        """gloo answers for the cpu device: a Python group registers no per-device backend, so c10d's lookup
+        raises 'No backend type associated with device type cpu'; a caller asking for the backend (its
+        options, its supports_* flags, suspend, memory_stats) gets the gloo this wrapper delegates to."""
+        try:
+            return super()._get_backend(device)
+        except RuntimeError:
+            if torch.device(device).type != "cpu":
+                raise
+            return self.inner
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.backend_name} rank {self.rank()}/{self.size()}>"

@@ -1,0 +1,83 @@
+"""Contract: both method names of a single-buffer collective reach the backend with the same result.
+
+torch 2.13 renamed the ProcessGroup methods every ``dist.*`` single-buffer
+call ends in (``all_gather_single``, ``reduce_scatter_single``,
+``all_to_all_single``) and forwards the older Backend names
+(``_allgather_base``, ``_reduce_scatter_base``, ``alltoall_base``) to them
+and back; out-of-tree backends broke on one of the pair. Each name of a
+collective's ``group_methods`` (suites/collectives.py) is called on the
+default group with the same rank-specific inputs and must give the table's
+oracle result. The ``dist.*`` names (``all_gather_single``,
+``all_gather_into_tensor``, ``_all_gather_base``, ...) are
+test_entry_points.py's. Every ``--debug-level`` runs them (the wrapper torch
+puts around a group at DETAIL is then the group called).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from fixtures.rank import ctx
+from suites import collectives, values
+from suites.checks import expect_tensor
+
+NUMEL = 6
+
+
+# -------------------------------------------------- rank side: the two name sets
+def _group_opts(family: str, a: collectives.Args):
+    c10d = dist.distributed_c10d
+    if family == "all_gather":
+        return c10d.AllgatherOptions()
+    opts = c10d.ReduceScatterOptions() if family == "reduce_scatter" else c10d.AllToAllOptions()
+    if family == "reduce_scatter":
+        opts.reduceOp = a.op
+    return opts
+
+
+def _call_group_method(entry: collectives.Collective, method: str, a: collectives.Args):
+    """ProcessGroup.<method> (one of the record's group_methods) with the record's buffers."""
+    fn = getattr(dist.group.WORLD, method)
+    opts = _group_opts(entry.family, a)
+    if entry.family == "all_to_all":
+        return fn(a.outputs[0], a.inputs[0], [], [], opts)
+    return fn(a.outputs[0], a.inputs[0], opts)
+
+
+def group_method(name: str, method: str) -> list:
+    """This rank's result chunks of collective ``name`` called as the group's ``method``."""
+    entry = collectives.get(name)
+    n = ctx.world_size
+    chunks = [values.rank_payload(ctx.rank, NUMEL, "float32", 10 * j).to(ctx.device) for j in range(entry.inputs.count(n))]
+    a = collectives.args_for(entry, chunks, lambda j: torch.full((NUMEL,), -1.0, device=ctx.device), group_size=n,
+                             is_root=ctx.rank == n - 1, op=dist.ReduceOp.SUM, root=n - 1)
+    work = _call_group_method(entry, method, a)
+    if work is not None:
+        work.wait()
+    return [chunk.cpu() for chunk in collectives.result_chunks(entry, a, [NUMEL] * n)]
+
+
+def expected_group_method(name: str, n: int) -> list:
+    entry = collectives.get(name)
+    inputs = [[values.rank_payload(r, NUMEL, "float32", 10 * j) for j in range(entry.inputs.count(n))]
+              for r in range(n)]
+    return entry.oracle(inputs, "sum" if entry.reduces else None, None)
+
+
+# ------------------------------------------------------------------ clauses
+def name_set_cases() -> list:
+    return [pytest.param(entry.name, method, id=f"{entry.name}-{method}",
+                         marks=pytest.mark.needs(**entry.need(), entry_point=f"ProcessGroup.{method}"))
+            for entry in collectives.TABLE.values() for method in entry.group_methods]
+
+
+@pytest.mark.parametrize("name,method", name_set_cases())
+def test_group_method_names_agree(world, name, method):
+    """Each ProcessGroup method name of a single-buffer collective (new and old) gives the oracle's result."""
+    expected = expected_group_method(name, world.world_size)
+    for rank, (actual, want) in enumerate(zip(world.run(group_method, name, method), expected)):
+        assert len(actual) == len(want), f"rank {rank}: {len(actual)} chunks, expected {len(want)}"
+        for j, (a, w) in enumerate(zip(actual, want)):
+            expect_tensor(a, w, f"group.{method} on rank {rank}, chunk {j}")
