@@ -59,3 +59,16 @@ def crash_rank1_sigkill():
         os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
     return ctx.rank
+
+
+def all_reduce_skipped_by(absent: int):
+    """Three all_reduces on the default group every rank joins, then one that rank ``absent`` never enters
+    (it sleeps): the others wait in it until the harness deadline."""
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if ctx.rank == absent:
+        time.sleep(120)
+    else:
+        dist.all_reduce(t)
+    return ctx.rank
