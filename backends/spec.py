@@ -415,6 +415,18 @@ class ResourceBudget:
         return self.threads_fixed + self.threads_per_peer * (world_size - 1)
 
 
+@dataclass(frozen=True)
+class AfterTimeout:
+    """What a group does once one of its collectives timed out (suites/c10d/test_timeouts.py).
+
+    ``usable``: the next collective every member joins succeeds. Otherwise every member's next collective
+    on the group raises at once (within half the group's timeout), with an error matching ``error`` (a regular
+    expression, re.search). Never a hang either way."""
+
+    usable: bool
+    error: str = ""
+
+
 @dataclass
 class BackendSpec:
     """Everything the harness and the suites need to know about one backend."""
@@ -436,6 +448,9 @@ class BackendSpec:
     inherited_gaps: tuple[Gap, ...] = ()  # filled by BackendRegistry from ``inherits``
     # per-group descriptors and threads a rank may hold (suites/soak); None: no budget declared, only measured
     resource_budget: ResourceBudget | None = None
+    # the group after one of its collectives timed out; None: not declared (the clause then checks only that
+    # nothing hangs and that every member gets the same outcome)
+    after_timeout: AfterTimeout | None = None
 
     @property
     def all_gaps(self) -> tuple[Gap, ...]:

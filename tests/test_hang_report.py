@@ -87,7 +87,8 @@ def test_nothing_pending_is_said_too():
     done = dump([entry(0, 4)], status(4, 4))
     report = analyse({0: done, 1: done}, 2)
     assert report.summary == ""
-    assert report.lines == ["flight recorder: every rank completed the last collective it entered on every group"]
+    assert report.lines == ["flight recorder: no rank is inside a recorded collective (on every group, each rank's "
+                            "last recorded one has completed or failed): the hang is outside what the recorder saw"]
 
 
 # ------------------------------------------------------- a live world

@@ -20,10 +20,17 @@ store barrier), succeeds on every rank, and the ranks that need the late one
 return after at least half of LATE_BY_S and before the timeout. Per operation,
 Work.wait(timeout) on a collective whose last rank comes LATE_BY_S late returns
 (its expiry is suites/c10d/test_work.py's clause).
+
+The group after a timeout (the last rank skipped an all_reduce, the others'
+timed out, then every rank calls all_reduce on it again) does what the
+backend declares (``BackendSpec.after_timeout``): every rank's call succeeds,
+or every rank's raises within half the group's timeout with the declared
+error; undeclared, every rank gets the same outcome. Never a hang.
 """
 
 import pytest
 
+import re
 import time
 from datetime import timedelta
 
@@ -38,8 +45,10 @@ from suites.c10d.timeouts import (
     expect_late_rank_waited_for,
     expect_timeout_errors,
     fresh_group,
+    SLACK_S,
     issue_small,
     store_barrier,
+    timed,
 )
 from suites.checks import expect_tensor
 
@@ -50,6 +59,8 @@ TIMEOUT_S = 0.5
 # and a backend that cuts the timeout to under LATE_BY_S fails.
 LATE_TIMEOUT_S = 6.0
 LATE_BY_S = 1.5
+# The group after a timeout: long enough that "at once" (half of it) and "after the timeout again" differ.
+AFTER_TIMEOUT_GROUP_S = 3.0
 
 
 def cases() -> list:
@@ -89,15 +100,28 @@ def wait_with_timeout_for_a_late_rank():
     store_barrier("start", range(ctx.world_size))
     if ctx.rank == last:
         time.sleep(LATE_BY_S)
-    start = time.perf_counter()
-    try:
-        dist.all_reduce(tensor, group=group, async_op=True).wait(timeout=timedelta(seconds=LATE_TIMEOUT_S))
-        outcome = (False, time.perf_counter() - start, "")
-    except Exception as exc:  # the finding: the backend's own error text
-        outcome = (True, time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
+    outcome = timed(lambda: dist.all_reduce(tensor, group=group, async_op=True).wait(
+        timeout=timedelta(seconds=LATE_TIMEOUT_S)))
     store_barrier("finished", range(ctx.world_size))
     dist.destroy_process_group(group)
     return outcome, tensor.cpu()
+
+
+def next_collective_after_a_timeout():
+    """The last rank skips an all_reduce on a fresh group, the others' times out; then every rank calls
+    all_reduce on that group again. Returns (the first call's outcome, None on the last rank; the next call's
+    outcome; the next call's output)."""
+    last = ctx.world_size - 1
+    group = fresh_group(AFTER_TIMEOUT_GROUP_S)
+    first = None
+    if ctx.rank != last:
+        first = timed(lambda: dist.all_reduce(torch.ones(4, device=ctx.device), group=group))
+    store_barrier("timed_out", range(ctx.world_size))
+    tensor = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    after = timed(lambda: dist.all_reduce(tensor, group=group))
+    store_barrier("after", range(ctx.world_size))
+    dist.destroy_process_group(group)
+    return first, after, tensor.cpu()
 
 
 PARAMS = [pytest.param(case, name, async_op, id=case, marks=pytest.mark.needs(**collectives.get(name).need()))
@@ -134,3 +158,41 @@ def test_wait_timeout_outlasted_by_a_late_rank_returns(world, record_property):
         expect_tensor(tensor, torch.full((4,), n * (n + 1) / 2), f"rank {rank}: the all_reduce output")
     expect_late_rank_waited_for([outcome for outcome, _ in results], "all_reduce + Work.wait(timeout)", LATE_BY_S,
                                 LATE_TIMEOUT_S, record_property)
+
+
+def outcome_text(rank: int, outcome) -> str:
+    raised, seconds, error = outcome
+    return f"rank {rank} {'raised' if raised else 'returned'} after {seconds:.2f} s" + \
+        (f": {error.splitlines()[0][:200]}" if raised else "")
+
+
+@pytest.mark.min_world_size(2)
+@pytest.mark.needs(clause="test_group_after_a_timeout_behaves_as_declared")
+def test_group_after_a_timeout_behaves_as_declared(world, backend_spec, record_property):
+    """After a collective timed out, the group's next collective succeeds or fails at once as the backend declares; never a hang."""
+    results = world.run(next_collective_after_a_timeout)
+    n = world.world_size
+    for rank, (first, _, _) in enumerate(results[:-1]):
+        assert first[0], f"precondition: rank {rank}'s all_reduce returned although rank {n - 1} never joined it"
+    seen = "; ".join(outcome_text(rank, after) for rank, (_, after, _) in enumerate(results))
+    record_property("finding", f"the next all_reduce: {seen}")
+    for rank, (_, (_, seconds, _), _) in enumerate(results):
+        assert seconds <= AFTER_TIMEOUT_GROUP_S + SLACK_S, \
+            f"rank {rank}'s next all_reduce took {seconds:.2f} s, beyond the group's timeout + {SLACK_S:g} s: {seen}"
+    declared = backend_spec.after_timeout
+    succeeded = [rank for rank, (_, (raised, _, _), _) in enumerate(results) if not raised]
+    if declared is None:
+        assert succeeded in ([], list(range(n))), \
+            f"after a timeout (no behaviour declared) the ranks disagree on the group's next all_reduce: {seen}"
+    elif declared.usable:
+        assert succeeded == list(range(n)), f"declared usable after a timeout, but: {seen}"
+    else:
+        assert not succeeded, f"declared to fail at once after a timeout, but ranks {succeeded} returned: {seen}"
+        for rank, (_, (_, seconds, error), _) in enumerate(results):
+            assert seconds <= AFTER_TIMEOUT_GROUP_S / 2, \
+                f"rank {rank}: declared to fail at once after a timeout, raised after {seconds:.2f} s: {seen}"
+            assert re.search(declared.error, error), \
+                f"rank {rank}: the error does not match the declared /{declared.error}/: {error}"
+    for rank in succeeded:
+        expect_tensor(results[rank][2], torch.full((4,), n * (n + 1) / 2),
+                      f"rank {rank}: the all_reduce after the timeout")

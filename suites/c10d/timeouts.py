@@ -54,6 +54,16 @@ def store_barrier(tag: str, ranks) -> None:
     ctx.store.wait([f"{tag}/{r}" for r in ranks], timedelta(seconds=60))
 
 
+def timed(operation) -> tuple[bool, float, str]:
+    """Run ``operation()``: (raised, seconds, error text)."""
+    start = time.perf_counter()
+    try:
+        operation()
+        return False, time.perf_counter() - start, ""
+    except Exception as exc:  # the finding: the backend's own error text
+        return True, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"
+
+
 def call_with_one_rank_late(operation, timeout_s: float, late: int, late_by_s: float):
     """Every rank calls ``operation(group)`` on a fresh group with timeout ``timeout_s``; rank ``late``
     starts ``late_by_s`` after the others (they start together, released by a store barrier).
@@ -63,12 +73,7 @@ def call_with_one_rank_late(operation, timeout_s: float, late: int, late_by_s: f
     store_barrier("start", range(ctx.world_size))
     if ctx.rank == late:
         time.sleep(late_by_s)
-    start = time.perf_counter()
-    try:
-        operation(group)
-        outcome = (False, time.perf_counter() - start, "")
-    except Exception as exc:  # the finding: the backend's own error text
-        outcome = (True, time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
+    outcome = timed(lambda: operation(group))
     store_barrier("finished", range(ctx.world_size))  # no rank leaves the group while another still uses it
     dist.destroy_process_group(group)
     return outcome
