@@ -59,6 +59,9 @@ TIMEOUT_S = 0.5
 # and a backend that cuts the timeout to under LATE_BY_S fails.
 LATE_TIMEOUT_S = 6.0
 LATE_BY_S = 1.5
+# A group timeout the per-operation clauses never reach (it is not the one they check; the harness deadline is
+# shorter, so a backend that ignores the operation's timeout fails the case with every rank's stack).
+GROUP_TIMEOUT_LONG_S = 120.0
 # The group after a timeout: long enough that "at once" (half of it) and "after the timeout again" differ.
 AFTER_TIMEOUT_GROUP_S = 3.0
 
@@ -124,6 +127,25 @@ def next_collective_after_a_timeout():
     return first, after, tensor.cpu()
 
 
+def all_reduce_with_op_timeout(group, timeout_s: float) -> None:
+    """all_reduce through the group's own method, with c10d's per-operation timeout (AllreduceOptions.timeout)."""
+    opts = dist.AllreduceOptions()
+    opts.timeout = timedelta(seconds=timeout_s)
+    group.allreduce([torch.ones(4, device=ctx.device)], opts).wait()
+
+
+def skip_with_op_timeout():
+    """The last rank skips an all_reduce whose AllreduceOptions.timeout is TIMEOUT_S on a group whose own timeout
+    is long: only the operation's timeout may fire."""
+    return call_while_one_rank_skips(lambda g: all_reduce_with_op_timeout(g, TIMEOUT_S), GROUP_TIMEOUT_LONG_S,
+                                     absent=ctx.world_size - 1)
+
+
+def late_with_op_timeout():
+    return call_with_one_rank_late(lambda g: all_reduce_with_op_timeout(g, LATE_TIMEOUT_S), GROUP_TIMEOUT_LONG_S,
+                                   late=ctx.world_size - 1, late_by_s=LATE_BY_S)
+
+
 PARAMS = [pytest.param(case, name, async_op, id=case, marks=pytest.mark.needs(**collectives.get(name).need()))
           for case, name, async_op in cases()]
 
@@ -157,6 +179,20 @@ def test_wait_timeout_outlasted_by_a_late_rank_returns(world, record_property):
     for rank, (_, tensor) in enumerate(results):
         expect_tensor(tensor, torch.full((4,), n * (n + 1) / 2), f"rank {rank}: the all_reduce output")
     expect_late_rank_waited_for([outcome for outcome, _ in results], "all_reduce + Work.wait(timeout)", LATE_BY_S,
+                                LATE_TIMEOUT_S, record_property)
+
+
+@pytest.mark.min_world_size(2)
+def test_op_timeout_fires_when_a_rank_skips(world, record_property):
+    """An all_reduce with AllreduceOptions.timeout 0.5 s that one rank skips raises on the others within [0.5 s, 5.5 s], the group's own timeout being long."""
+    expect_timeout_errors(world.run(skip_with_op_timeout), "all_reduce(AllreduceOptions.timeout)", TIMEOUT_S,
+                          record_property)
+
+
+@pytest.mark.min_world_size(2)
+def test_op_timeout_outlasted_by_a_late_rank_succeeds(world, record_property):
+    """An all_reduce with AllreduceOptions.timeout 6 s whose last rank comes 1.5 s late succeeds; the others wait for it."""
+    expect_late_rank_waited_for(world.run(late_with_op_timeout), "all_reduce(AllreduceOptions.timeout)", LATE_BY_S,
                                 LATE_TIMEOUT_S, record_property)
 
 
