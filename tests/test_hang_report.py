@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from backends.registry import BackendRegistry
-from fixtures.errors import DeadlineExceeded
+from fixtures.errors import DeadlineExceeded, RankError
 from fixtures.hang_report import analyse
 from fixtures.world import World
 from tests.harness_cases import rank_fns
@@ -120,6 +120,18 @@ def test_gloo_hang_names_the_missing_rank_and_keeps_the_dumps(registry, tmp_path
         assert kept["distconform"]["rank"] == rank and kept["entries"], kept
         with open(tmp_path / "evidence" / f"rank_{rank}", "rb") as fh:
             assert pickle.load(fh)["entries"]  # torch's pickled dump, for fr_trace --prefix rank_
+
+
+def test_ranks_still_running_after_a_failure_get_the_report_too(registry):
+    world = World(registry.get("gloo"), 2, ("cpu",) * 2).start()
+    try:
+        with pytest.raises(RankError) as info:
+            world.run(rank_fns.rank1_raises_rank0_all_reduces)
+    finally:
+        world.kill()
+    text = str(info.value)
+    assert "marker-4712" in text and "Collectives then (torch's flight recorder):" in text, text
+    assert "summary: rank 1 never entered all_reduce #" in text and "rank 0 waits in it" in text, text
 
 
 def test_reference_hang_says_in_one_line_that_it_records_nothing(registry, tmp_path):

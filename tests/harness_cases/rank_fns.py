@@ -72,3 +72,13 @@ def all_reduce_skipped_by(absent: int):
     else:
         dist.all_reduce(t)
     return ctx.rank
+
+
+def rank1_raises_rank0_all_reduces():
+    """Rank 1 raises before an all_reduce rank 0 enters: rank 0 is still in it after the failure grace."""
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if ctx.rank == 1:
+        raise RankOneRefused("rank 1 refuses: marker-4712")
+    dist.all_reduce(t)
+    return ctx.rank
