@@ -11,8 +11,8 @@ still runs as a strict xfail so the report shows the backend's real error.
 
 from __future__ import annotations
 
-from .spec import (LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, Availability,
-                   BackendSpec, Gap, ResourceBudget)
+from .spec import (LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, AfterTimeout,
+                   Availability, BackendSpec, Gap, ResourceBudget)
 
 
 def _gloo_available() -> Availability:
@@ -318,6 +318,11 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
         # socket, a pair socket per peer and 3 more descriptors, 3 threads; freed when Python collects the
         # group, not by destroy_process_group(group) alone. About 168 groups fill 1024 descriptors at ws3.
         resource_budget=ResourceBudget(fds_fixed=4, fds_per_peer=1, threads_fixed=3),
+        # measured on torch 2.13 at ws2 and ws3: a timeout closes the group's pairs; at once (0.00 s) the next
+        # collective raises 'Application timeout caused pair closure' on the ranks that timed out and
+        # 'Connection closed by peer [...]' on the rank that had stayed away
+        after_timeout=AfterTimeout(usable=False,
+                                   error=r"Application timeout caused pair closure|Connection closed by peer"),
     ),
     "nccl": BackendSpec(
         name="nccl",

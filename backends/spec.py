@@ -421,6 +421,18 @@ class ResourceBudget:
         return self.threads_fixed + self.threads_per_peer * (world_size - 1)
 
 
+@dataclass(frozen=True)
+class AfterTimeout:
+    """What a group does once one of its collectives timed out (suites/c10d/test_timeouts.py).
+
+    ``usable``: the next collective every member joins succeeds. Otherwise every member's next collective
+    on the group raises at once (within half the group's timeout), with an error matching ``error`` (a regular
+    expression, re.search). Never a hang either way."""
+
+    usable: bool
+    error: str = ""
+
+
 @dataclass
 class BackendSpec:
     """Everything the harness and the suites need to know about one backend."""
@@ -448,6 +460,10 @@ class BackendSpec:
     # ranks may share a device (rank r on <type>:r mod count): only for backends that cannot deadlock
     # on a shared device (gloo stages CUDA tensors through host memory; NCCL must never share, see devices.py)
     shares_devices: bool = False
+
+    # the group after one of its collectives timed out; None: not declared (the clause then checks only that
+    # nothing hangs and that every member gets the same outcome)
+    after_timeout: AfterTimeout | None = None
 
     @property
     def init_backend(self) -> str:

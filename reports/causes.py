@@ -5,7 +5,8 @@ the harness wraps the ranks' exceptions in a ``RankError`` whose first line
 ("all_to_all_list raised on ranks [0, 1] of world ...") says where, not why.
 The cause is the ranks' own exception type and message, with the ranks that
 raised it; for a rank that died it is the signal and the last ``what():`` the
-C++ runtime printed. The harness's wrapper text follows it in every report.
+C++ runtime printed; for a hang, what the ranks' flight recorders say ("hang:
+rank 1 never entered all_reduce #17 of group default_pg; rank 0 waits in it"). The harness's wrapper text follows it in every report.
 
 Failures are grouped by a key: the cause with ranks, numbers, addresses and
 temporary paths normalised away, so "expected (1), got (3)" and "expected (2),
@@ -54,6 +55,9 @@ def cause_of_exception(exc: BaseException | None) -> str:
         return _group_by_line({rank: f.first_line() for rank, f in failures.items()})
     if type(exc).__name__ == "RankDied":
         return _death_cause(str(exc))
+    summary = getattr(exc, "hang_summary", "")  # fixtures.errors.DeadlineExceeded, from the flight recorder
+    if summary:
+        return _clip(f"hang: {summary}")
     return ""
 
 

@@ -56,6 +56,14 @@ def test_errors_that_are_their_own_cause_have_none():
     assert cause_of_exception(None) == ""
 
 
+def test_cause_of_a_hang_is_what_the_flight_recorder_says():
+    exc = DeadlineExceeded("f did not finish within its 30 s deadline\n...",
+                           "rank 1 never entered all_reduce #17 of group default_pg; rank 0 waits in it")
+    assert cause_of_exception(exc) == "hang: rank 1 never entered all_reduce #17 of group default_pg; rank 0 waits in it"
+    assert cause_key(cause_of_exception(exc)) == \
+        "hang: rank N never entered all_reduce #N of group default_pg; rank N waits in it"
+
+
 def test_cause_recovered_from_recorded_text():
     text = str(rank_error({0: ("RuntimeError", "boom 1"), 1: ("RuntimeError", "boom 2")}))
     assert cause_of_text("fixtures.errors.RankError: " + text) == "RuntimeError: boom 1–2 (ranks 0, 1)"

@@ -48,6 +48,37 @@ def call_while_one_rank_skips(operation, timeout_s: float, absent: int, ranks=No
     return outcome
 
 
+def store_barrier(tag: str, ranks) -> None:
+    """Every rank of ``ranks`` has reached this point (through the case's store, not the backend)."""
+    ctx.store.set(f"{tag}/{ctx.rank}", "1")
+    ctx.store.wait([f"{tag}/{r}" for r in ranks], timedelta(seconds=60))
+
+
+def timed(operation) -> tuple[bool, float, str]:
+    """Run ``operation()``: (raised, seconds, error text)."""
+    start = time.perf_counter()
+    try:
+        operation()
+        return False, time.perf_counter() - start, ""
+    except Exception as exc:  # the finding: the backend's own error text
+        return True, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"
+
+
+def call_with_one_rank_late(operation, timeout_s: float, late: int, late_by_s: float):
+    """Every rank calls ``operation(group)`` on a fresh group with timeout ``timeout_s``; rank ``late``
+    starts ``late_by_s`` after the others (they start together, released by a store barrier).
+
+    Returns (raised, seconds, error text) on every rank; the group is destroyed afterwards."""
+    group = fresh_group(timeout_s)
+    store_barrier("start", range(ctx.world_size))
+    if ctx.rank == late:
+        time.sleep(late_by_s)
+    outcome = timed(lambda: operation(group))
+    store_barrier("finished", range(ctx.world_size))  # no rank leaves the group while another still uses it
+    dist.destroy_process_group(group)
+    return outcome
+
+
 def issue_small(name: str, group, root: int | None, async_op: bool = False, numel: int = 4):
     """Issue collective ``name`` of the table on ``group`` with small tensors, as its entry lays them out.
 
@@ -73,6 +104,25 @@ def issue_small(name: str, group, root: int | None, async_op: bool = False, nume
 
 # ------------------------------------------------------------ pytest side
 SLACK_S = 5.0  # how late after the timeout an error may come
+
+
+def expect_late_rank_waited_for(results, operation: str, late_by_s: float, timeout_s: float, record_property,
+                                bound=None) -> None:
+    """Nobody raised; every ``bound`` rank (default: all but the late, last one) waited for the late rank:
+    its call took at least half of ``late_by_s`` (a real lower bound: the start is aligned by a store
+    barrier) and returned before the group's timeout."""
+    late = len(results) - 1
+    bound = range(late) if bound is None else bound
+    for rank, (raised, seconds, error) in enumerate(results):
+        assert not raised, (f"rank {rank}: {operation} raised after {seconds:.2f} s although rank {late} came only "
+                            f"{late_by_s:g} s late, well within the group's {timeout_s:g} s timeout: {error}")
+    for rank in bound:
+        seconds = results[rank][1]
+        assert late_by_s * 0.5 <= seconds < timeout_s, \
+            f"rank {rank}: {operation} returned after {seconds:.2f} s, outside [{late_by_s * 0.5:g}, {timeout_s:g}) s " \
+            f"with rank {late} {late_by_s:g} s late"
+    record_property("finding", f"{operation}: waiting ranks returned after "
+                               f"{', '.join(f'{results[r][1]:.2f}' for r in bound)} s")
 
 
 def expect_timeout_errors(results, operation: str, timeout_s: float, record_property, bound=None) -> None:

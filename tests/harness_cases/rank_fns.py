@@ -59,3 +59,26 @@ def crash_rank1_sigkill():
         os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
     return ctx.rank
+
+
+def all_reduce_skipped_by(absent: int):
+    """Three all_reduces on the default group every rank joins, then one that rank ``absent`` never enters
+    (it sleeps): the others wait in it until the harness deadline."""
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if ctx.rank == absent:
+        time.sleep(120)
+    else:
+        dist.all_reduce(t)
+    return ctx.rank
+
+
+def rank1_raises_rank0_all_reduces():
+    """Rank 1 raises before an all_reduce rank 0 enters: rank 0 is still in it after the failure grace."""
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if ctx.rank == 1:
+        raise RankOneRefused("rank 1 refuses: marker-4712")
+    dist.all_reduce(t)
+    return ctx.rank

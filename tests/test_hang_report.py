@@ -1,0 +1,159 @@
+"""A hang names the collective each rank is in: fixtures/hang_report.py on made-up dumps, then the harness
+end to end (fixtures/flight_dump.py in the ranks, fixtures/world.py collecting, the world fixture keeping the
+dumps beside the report)."""
+
+import json
+import os
+import pickle
+
+import pytest
+
+from backends.registry import BackendRegistry
+from fixtures.errors import DeadlineExceeded, RankError
+from fixtures.hang_report import analyse
+from fixtures.world import World
+from tests.harness_cases import rank_fns
+from tests.harness_cases.procs import run_pytest
+
+pytestmark = pytest.mark.timeout(240)
+
+CASE_FILE = "tests/harness_cases/case_skipped_collective.py"
+
+
+def entry(record_id, seq, name="all_reduce", group=("0", "default_pg"), state="scheduled"):
+    return {"record_id": record_id, "collective_seq_id": seq, "profiling_name": f"gloo:{name}",
+            "process_group": list(group), "state": state, "is_p2p": False}
+
+
+def dump(entries, status=None, size=2000):
+    return {"entries": entries, "pg_status": status or {}, "pg_config": {},
+            "distconform": {"rank": 0, "recorder_size": size}}
+
+
+def status(enqueued, completed, name="0"):
+    return {name: {"last_enqueued_collective": str(enqueued), "last_completed_collective": str(completed),
+                   "last_started_collective": "-1"}}
+
+
+# ------------------------------------------------------- the analysis alone
+def test_names_the_rank_that_never_entered_and_the_ranks_waiting():
+    waiting = dump([entry(0, 16), entry(1, 17)], status(17, 16))
+    away = dump([entry(0, 16)], status(16, 16))
+    report = analyse({0: waiting, 1: away, 2: waiting}, 3)
+    assert report.summary == "rank 1 never entered all_reduce #17 of group default_pg; ranks 0, 2 wait in it"
+    assert report.lines == [
+        "rank 0: waiting in all_reduce #17 of group default_pg (completed #16)",
+        "rank 1: last entered all_reduce #16 of group default_pg (completed #16)",
+        "rank 2: waiting in all_reduce #17 of group default_pg (completed #16)",
+    ]
+
+
+def test_completion_read_from_entry_states_when_pg_status_has_none():
+    done = dump([entry(0, 1, state="completed"), entry(1, 2, name="broadcast")])
+    report = analyse({0: done, 1: dump([entry(0, 1, state="completed")])}, 2)
+    assert report.summary == "rank 1 never entered broadcast #2 of group default_pg; rank 0 waits in it"
+    assert "rank 1: last entered all_reduce #1 of group default_pg (completed #1)" in report.lines
+
+
+def test_every_rank_inside_the_same_collective():
+    inside = dump([entry(0, 5, name="barrier")], status(5, 4))
+    report = analyse({0: inside, 1: inside}, 2)
+    assert report.summary == "every member entered barrier #5 of group default_pg; ranks 0, 1 still wait in it"
+
+
+def test_an_earlier_group_of_the_same_name_is_not_the_live_one():
+    """Group "1" of an earlier case reached #3; the live group "1" (pg_status: nothing enqueued) has no entries."""
+    group = ("1", "undefined")
+    earlier = [entry(0, 1, group=group), entry(1, 3, group=group)]
+    report = analyse({0: dump(earlier + [entry(2, 1, group=group)], status(1, 0, "1")),
+                      1: dump(earlier, status(0, 0, "1"))}, 2)
+    assert report.summary == ("rank 0 waits in all_reduce #1 of group 1; rank 1 recorded nothing of it "
+                              "(its members are not recorded)")
+    assert "rank 1: recorded nothing of group 1 (a member that never entered it, or not a member: the recorder " \
+           "does not list group 1's ranks)" in report.lines
+
+
+def test_no_recorder_and_missing_dumps_say_so_in_one_line_each():
+    empty = dump([])
+    report = analyse({0: empty, 1: empty}, 2, "a Python backend cannot record")
+    assert report.summary == ""
+    assert report.lines == ["flight recorder: no rank recorded a collective: a Python backend cannot record"]
+    report = analyse({0: dump([], size=0), 1: None}, 2)
+    assert report.lines[:2] == ["rank 0: flight recorder off (TORCH_FR_BUFFER_SIZE=0)",
+                                "rank 1: no flight-recorder dump came (the process is gone or did not answer)"]
+
+
+def test_nothing_pending_is_said_too():
+    done = dump([entry(0, 4)], status(4, 4))
+    report = analyse({0: done, 1: done}, 2)
+    assert report.summary == ""
+    assert report.lines == ["flight recorder: no rank is inside a recorded collective (on every group, each rank's "
+                            "last recorded one has completed or failed): the hang is outside what the recorder saw"]
+
+
+# ------------------------------------------------------- a live world
+@pytest.fixture(scope="module")
+def registry():
+    return BackendRegistry()
+
+
+def test_gloo_hang_names_the_missing_rank_and_keeps_the_dumps(registry, tmp_path):
+    world = World(registry.get("gloo"), 3, ("cpu",) * 3).start()
+    world.evidence_dir = str(tmp_path / "evidence")
+    try:
+        with pytest.raises(DeadlineExceeded) as info:
+            world.run(rank_fns.all_reduce_skipped_by, 1, deadline=3)
+    finally:
+        world.kill()
+    text = str(info.value)
+    summary = info.value.hang_summary
+    assert summary.startswith("rank 1 never entered all_reduce #") and summary.endswith(
+        " of group default_pg; ranks 0, 2 wait in it"), text
+    seq = int(summary.split("#", 1)[1].split()[0])
+    assert f"summary: {summary}" in text
+    assert f"rank 0: waiting in all_reduce #{seq} of group default_pg (completed #{seq - 1})" in text
+    assert f"rank 1: last entered all_reduce #{seq - 1} of group default_pg (completed #{seq - 1})" in text
+    assert "Python stacks of every rank at expiry" in text  # the stacks are still there
+    for rank in range(3):
+        with open(tmp_path / "evidence" / f"rank{rank}.json") as fh:
+            kept = json.load(fh)
+        assert kept["distconform"]["rank"] == rank and kept["entries"], kept
+        with open(tmp_path / "evidence" / f"rank_{rank}", "rb") as fh:
+            assert pickle.load(fh)["entries"]  # torch's pickled dump, for fr_trace --prefix rank_
+
+
+def test_ranks_still_running_after_a_failure_get_the_report_too(registry):
+    world = World(registry.get("gloo"), 2, ("cpu",) * 2).start()
+    try:
+        with pytest.raises(RankError) as info:
+            world.run(rank_fns.rank1_raises_rank0_all_reduces)
+    finally:
+        world.kill()
+    text = str(info.value)
+    assert "marker-4712" in text and "Collectives then (torch's flight recorder):" in text, text
+    assert "summary: rank 1 never entered all_reduce #" in text and "rank 0 waits in it" in text, text
+
+
+def test_reference_hang_says_in_one_line_that_it_records_nothing(registry, tmp_path):
+    world = World(registry.get("reference"), 2, ("cpu",) * 2).start()
+    world.evidence_dir = str(tmp_path / "evidence")
+    try:
+        with pytest.raises(DeadlineExceeded) as info:
+            world.run(rank_fns.all_reduce_skipped_by, 1, deadline=3)
+    finally:
+        world.kill()
+    recorder_lines = [line for line in str(info.value).splitlines() if line.startswith("flight recorder:")]
+    assert len(recorder_lines) == 1 and "no rank recorded a collective: " in recorder_lines[0], str(info.value)
+    assert info.value.hang_summary == ""
+    assert not os.path.exists(tmp_path / "evidence"), "empty dumps kept"
+
+
+def test_pytest_run_reports_the_hang_cause_and_keeps_dumps_beside_the_report(tmp_path):
+    run = run_pytest([CASE_FILE, "--backend", "gloo", "--world-size", "2", "-q"], tmp_path)
+    assert run.returncode == 1, run.output
+    node = f"{CASE_FILE}::test_last_rank_skips_an_all_reduce[gloo-ws2]"
+    case = run.cases()[node]
+    first = case["error"].splitlines()[0]
+    assert first.startswith("hang: rank 1 never entered all_reduce #") and "rank 0 waits in it" in first, case["error"]
+    folder = tmp_path / "flight-recorder" / "tests_harness_cases_case_skipped_collective.py_test_last_rank_skips_an_all_reduce_gloo-ws2"
+    assert sorted(os.listdir(folder)) == ["rank0.json", "rank1.json", "rank_0", "rank_1"], os.listdir(tmp_path)
