@@ -254,7 +254,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
     def _completed(self, work: ReferenceWork, seq: int, name: str) -> None:
         """Tell the completion hooks about ``work`` (once), then stop counting it as pending."""
-        ended = work.ended if work.ended is not None else time.monotonic()  # called once the work has ended
+        ended = work.ended if work.ended is not None else time.perf_counter()  # called once the work has ended
         started = work.started if work.started is not None else ended
         info = CompletedWork(name, seq, started, ended, timedelta(seconds=ended - started))
         for hook in self._completion_hooks:
