@@ -1,13 +1,32 @@
-"""The project's own tests run the conformance suite in subprocesses, each a handful of cases.
+"""The project's own tests: a run over the whole folder gets pytest-xdist workers; the suite runs inside stay one process.
 
-Those runs stay one process each (fixtures/workers.py gives a run over suites/
-pytest-xdist workers by default): a test that wants workers passes ``-n``
-itself, and the seeded-bug gallery runs several bugs at once instead
-(tests/test_seeded_bugs.py). A value set by the caller is kept.
+Most of the project's tests start a pytest of the conformance suite, a
+launcher or a world in a subprocess and wait for it, so ``pytest tests/``
+runs in ``default_workers()`` pytest-xdist workers (``pytest_distconform_workers``
+below; ``-n`` on the command line still decides, and a run of single files or
+node ids stays one process). The suite runs those tests start stay one
+process each (fixtures/workers.py would give a run over suites/ workers):
+a test that wants workers passes ``-n`` itself, and the seeded-bug gallery
+runs several bugs at once instead (tests/test_seeded_bugs.py). A value of
+DISTCONFORM_WORKERS set by the caller is kept.
 """
 
-import os
+from __future__ import annotations
 
-from fixtures.workers import ENV
+import os
+from pathlib import Path
+
+import pytest
+
+from fixtures.workers import ENV, default_workers
 
 os.environ.setdefault(ENV, "0")
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_distconform_workers(config: pytest.Config) -> int | None:
+    """Workers when the run names this whole folder; otherwise no opinion (one process: DISTCONFORM_WORKERS=0)."""
+    base = Path(config.invocation_params.dir)
+    if any((base / arg).resolve() == TESTS for arg in config.args if "::" not in arg):
+        return default_workers()
+    return None

@@ -148,6 +148,9 @@ def test_builtin_as_a_value_pickles_as_torch_pickles_it(builtin):
 def test_caller_refuses_a_builtin_without_operator(builtin):
     """A named builtin without an operator (torch.is_tensor, torch.Tensor) raises torch's RuntimeError on the caller."""
     fn, name = builtin
+    # the list was made at import; a test run before this one in the same process may have loaded the
+    # library that registers the operator (seen under pytest-xdist: aten::hsmm), and then torch sends it
+    assume(torch._C._jit_get_operation(name)[0] is None)
     with pytest.raises(RuntimeError) as raised:
         calls.target_of(fn)
     assert str(raised.value) == builtin_ops.NO_SCHEMA, (name, str(raised.value))

@@ -21,7 +21,8 @@ each test waits for its own); under pytest-xdist each test runs its own bug
 and xdist provides the concurrency.
 
 The control runs plain gloo and the clean wrapper side by side in one
-session, with pytest-xdist workers: no failures at all, and the two backends
+session, with pytest-xdist workers and the RPC agents that send over the
+backend (agents_over_the_backend): no failures at all, and the two backends
 get the same outcome in every case except where the wrapper's own declared
 gaps apply.
 """
@@ -163,13 +164,25 @@ def test_seeded_bug_is_caught(tmp_path, module, gallery_runs):
                         f"module may break the harness rather than a contract:\n{describe(errors)}")
 
 
+def agents_over_the_backend() -> list[str]:
+    """The default RPC agents whose messages travel over the c10d backend: the only ones a wrapper can change.
+
+    The others (TensorPipe, reference-tp) never touch the backend under test,
+    so running them on both backends compares an agent with itself.
+    """
+    from backends.rpc_agents import default_agents, get
+
+    return [name for name in default_agents() if get(name).uses_backend]
+
+
 def test_clean_wrapper_matches_plain_gloo(tmp_path):
     """The control: the unbroken wrapper and plain gloo fail nothing and agree case by case."""
     from tests.seeded.clean import DISTCONFORM_SPEC as wrapped
     from tests.seeded.gloo_wrapper import WRAPPER_GAPS
 
     document, tail = run_suite(tmp_path, "tests.seeded.clean", f"gloo,{wrapped.name}",
-                               "-n", str(default_workers()), timeout=CONTROL_TIMEOUT_S)
+                               "-n", str(default_workers()), "--rpc-agent", ",".join(agents_over_the_backend()),
+                               timeout=CONTROL_TIMEOUT_S)
     bad = cases_with(document, "failed", "error", "xpassed")
     assert not bad, f"control run has failures:\n{describe(bad)}\n{tail}"
 
