@@ -301,7 +301,7 @@ def test_an_added_entry_is_measured_by_the_benchmark(tmp_path):
 
 def test_an_added_entry_is_checked_by_every_clause_that_runs_it(tmp_path):
     """On gloo, with the plugin: the differential (one replayed call), the timeout clause, the entry-point
-    clause and the dtype clauses each run the added collective, and it passes (or meets gloo's declared gaps)."""
+    clause, its late-rank twin and the dtype clauses each run the added collective, and it passes (or meets gloo's declared gaps)."""
     call = Call("reduce_scatter_base", "max", "int64", (2, 3), group=(0, 1), seed=3, world_size=2, backend="gloo")
     base = [sys.executable, "-m", "pytest", "--backend", "gloo", "--world-size", "2", "--backend-plugin", EXTRA,
             "-q", "-p", "no:cacheprovider", "--report-dir", str(tmp_path / "report")]
@@ -315,6 +315,7 @@ def test_an_added_entry_is_checked_by_every_clause_that_runs_it(tmp_path):
         if "reduce_scatter_base" in case["nodeid"] or "test_differential" in case["nodeid"]:
             ran.setdefault(case["nodeid"].split("::")[1].split("[")[0], set()).add(case["outcome"])
     assert set(ran) == {"test_differential", "test_skipped_collective_raises_within_group_timeout",
+                        "test_late_rank_within_group_timeout_succeeds",
                         "test_entry_point", "test_complex_reduce_and_reduce_scatter", "test_premul_sum"}, ran
     assert all(outcomes <= {"passed", "xfailed"} for outcomes in ran.values()), ran
     assert {"passed"} <= ran["test_complex_reduce_and_reduce_scatter"] and ran["test_entry_point"] == {"passed"}, ran
