@@ -29,7 +29,9 @@ gaps apply.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import json
 import os
 import pkgutil
@@ -119,27 +121,87 @@ def describe(cases: list[dict]) -> str:
                      for c in cases)
 
 
-def run_bug(tmp_path, module: str) -> tuple[dict, str]:
-    """Run the suite area that should catch ``module``'s bug, with that bug planted."""
-    bug = importlib.import_module(f"tests.seeded.{module}")
-    extra = ["-x", *getattr(bug, "EXTRA_ARGS", ())]  # e.g. ("--rpc-agent", "reference-tp")
-    if getattr(bug, "HANGS", False):
+# Seeded modules a bug may import from and still share a run: they only define classes and register backends.
+SHARABLE_BASES = ("tests.seeded.gloo_wrapper", "tests.seeded.reference_base")
+REGISTERING = ("register", "register_reference")
+
+
+def shares_a_run(module: str) -> bool:
+    """Importing ``module`` registers its own backend class and changes nothing else, read from its source.
+
+    Every rank imports every --backend-plugin module of a run, so bugs can
+    share a run only if none patches anything global (a DDP or RPC internal,
+    a reducer): its top level holds only imports (of torch, the project, the
+    two sharable bases), classes, functions, constants, and
+    ``DISTCONFORM_SPEC = register(...)`` / ``register_reference(...)``.
+    Native variants load a shared library each and never share.
+    """
+    tree = ast.parse(inspect.getsource(importlib.import_module(f"tests.seeded.{module}")))
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if (node.module or "").startswith("tests.seeded") and node.module not in SHARABLE_BASES:
+                return False
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # the docstring
+            continue
+        if not isinstance(node, ast.Assign) or not all(isinstance(t, ast.Name) for t in node.targets):
+            return False
+        calls = [n for n in ast.walk(node.value) if isinstance(n, ast.Call)]
+        if any(t.id == "DISTCONFORM_SPEC" for t in node.targets):
+            if not (isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") in REGISTERING
+                    and len(calls) == 1):
+                return False
+        elif calls:
+            return False
+    return True
+
+
+def batches(modules: list[str]) -> list[tuple[str, ...]]:
+    """Bugs that share a run: sharable, not hanging, with the same suite area and extra options; the rest alone."""
+    groups: dict[tuple, list[str]] = {}
+    for module in modules:
+        bug = importlib.import_module(f"tests.seeded.{module}")
+        if shares_a_run(module) and not getattr(bug, "HANGS", False):
+            key: tuple = (bug.SUITE, tuple(getattr(bug, "EXTRA_ARGS", ())))
+        else:
+            key = ("alone", module)
+        groups.setdefault(key, []).append(module)
+    return [tuple(group) for group in groups.values()]
+
+
+def run_batch(tmp_path, modules: tuple[str, ...]) -> tuple[dict, str]:
+    """Run the suite area that should catch these bugs, each planted in its own backend, in one pytest.
+
+    A bug alone stops at its first failure (-x); bugs sharing a run cannot
+    (the first failure would end the others' runs), so each runs its area through.
+    """
+    bugs = [importlib.import_module(f"tests.seeded.{module}") for module in modules]
+    first = bugs[0]
+    extra = [*(["-x"] if len(bugs) == 1 else []), *getattr(first, "EXTRA_ARGS", ())]  # e.g. --rpc-agent
+    if getattr(first, "HANGS", False):
         extra += ["--deadline", str(HANG_DEADLINE_S)]
-    return run_suite(tmp_path, f"tests.seeded.{module}", bug.DISTCONFORM_SPEC.name, *extra,
-                     timeout=BUG_TIMEOUT_S, suite=bug.SUITE)
+    for module in modules[1:]:
+        extra += ["--backend-plugin", f"tests.seeded.{module}"]
+    return run_suite(tmp_path, f"tests.seeded.{modules[0]}", ",".join(b.DISTCONFORM_SPEC.name for b in bugs),
+                     *extra, timeout=BUG_TIMEOUT_S, suite=first.SUITE)
+
+
+BATCHES = batches(gallery())
 
 
 @pytest.fixture(scope="module")
 def gallery_runs(request, tmp_path_factory):
-    """module -> the Future of its bug's run; every selected bug starts on first use, GALLERY_JOBS at a time."""
-    selected = [item.callspec.params["module"] for item in request.session.items
-                if item.originalname == "test_seeded_bug_is_caught" and hasattr(item, "callspec")]
+    """batch -> the Future of its run; every selected batch starts on first use, GALLERY_JOBS at a time."""
+    selected = [item.callspec.params["modules"] for item in request.session.items
+                if item.originalname == "test_seeded_bugs_are_caught" and hasattr(item, "callspec")]
     if hasattr(request.config, "workerinput"):  # xdist runs the tests concurrently; prefetch nothing
         yield {}
         return
     with ThreadPoolExecutor(max_workers=GALLERY_JOBS, thread_name_prefix="seeded") as pool:
-        runs: dict[str, Future] = {module: pool.submit(run_bug, tmp_path_factory.mktemp(module), module)
-                                   for module in selected}
+        runs: dict[tuple, Future] = {modules: pool.submit(run_batch, tmp_path_factory.mktemp(modules[0]), modules)
+                                     for modules in selected}
         try:
             yield runs
         finally:
@@ -147,21 +209,31 @@ def gallery_runs(request, tmp_path_factory):
                 run.cancel()
 
 
-@pytest.mark.parametrize("module", gallery())
-def test_seeded_bug_is_caught(tmp_path, module, gallery_runs):
+def verdict(module: str, document: dict, tail: str) -> str:
+    """'' when ``module``'s bug was caught cleanly in its backend's cases, else what went wrong."""
     bug = importlib.import_module(f"tests.seeded.{module}")
-    contract = getattr(bug, "CONTRACT", "(module names no contract)")
-    run = gallery_runs.get(module)
-    document, tail = run.result() if run is not None else run_bug(tmp_path, module)
-    failed = cases_with(document, "failed")
-    assert failed, (
-        f"seeded bug {module!r} ({bug.__doc__.strip().splitlines()[0]}) was not caught: no contract case "
-        f"failed (totals {document['totals']}). Expected to be caught by: {contract}\n{tail}")
+    mine = {**document, "cases": [c for c in document["cases"] if c["backend"] == bug.DISTCONFORM_SPEC.name]}
+    failed = cases_with(mine, "failed")
+    if not failed:
+        contract = getattr(bug, "CONTRACT", "(module names no contract)")
+        return (f"seeded bug {module!r} ({bug.__doc__.strip().splitlines()[0]}) was not caught: no contract case "
+                f"of backend {bug.DISTCONFORM_SPEC.name} failed ({len(mine['cases'])} cases). Expected to be "
+                f"caught by: {contract}\n{tail}")
     # Visible with -rA / -v: which clause caught the bug.
     print(f"{module} caught by:\n{describe(failed)}")
-    errors = cases_with(document, "error")
-    assert not errors, (f"seeded bug {module!r}: set-up/teardown errors besides the failure(s), the bug "
-                        f"module may break the harness rather than a contract:\n{describe(errors)}")
+    errors = cases_with(mine, "error")
+    if errors:
+        return (f"seeded bug {module!r}: set-up/teardown errors besides the failure(s), the bug "
+                f"module may break the harness rather than a contract:\n{describe(errors)}")
+    return ""
+
+
+@pytest.mark.parametrize("modules", BATCHES, ids=["+".join(b) for b in BATCHES])
+def test_seeded_bugs_are_caught(tmp_path, modules, gallery_runs):
+    run = gallery_runs.get(modules)
+    document, tail = run.result() if run is not None else run_batch(tmp_path, modules)
+    problems = [text for text in (verdict(module, document, tail) for module in modules) if text]
+    assert not problems, "\n\n".join(problems)
 
 
 def agents_over_the_backend() -> list[str]:
