@@ -97,16 +97,22 @@ def registry():
     return BackendRegistry()
 
 
-def test_gloo_hang_names_the_missing_rank_and_keeps_the_dumps(registry, tmp_path):
-    world = World(registry.get("gloo"), 3, ("cpu",) * 3).start()
-    world.evidence_dir = str(tmp_path / "evidence")
+def hang(registry, backend: str, world_size: int, evidence) -> DeadlineExceeded:
+    """Rank 1 of a fresh world skips an all_reduce; the deadline's failure, with dumps kept in ``evidence``."""
+    world = World(registry.get(backend), world_size, ("cpu",) * world_size).start()
+    world.evidence_dir = str(evidence)
     try:
         with pytest.raises(DeadlineExceeded) as info:
             world.run(rank_fns.all_reduce_skipped_by, 1, deadline=3)
     finally:
         world.kill()
-    text = str(info.value)
-    summary = info.value.hang_summary
+    return info.value
+
+
+def test_gloo_hang_names_the_missing_rank_and_keeps_the_dumps(registry, tmp_path):
+    failure = hang(registry, "gloo", 3, tmp_path / "evidence")
+    text = str(failure)
+    summary = failure.hang_summary
     assert summary.startswith("rank 1 never entered all_reduce #") and summary.endswith(
         " of group default_pg; ranks 0, 2 wait in it"), text
     seq = int(summary.split("#", 1)[1].split()[0])
@@ -135,16 +141,10 @@ def test_ranks_still_running_after_a_failure_get_the_report_too(registry):
 
 
 def test_reference_hang_says_in_one_line_that_it_records_nothing(registry, tmp_path):
-    world = World(registry.get("reference"), 2, ("cpu",) * 2).start()
-    world.evidence_dir = str(tmp_path / "evidence")
-    try:
-        with pytest.raises(DeadlineExceeded) as info:
-            world.run(rank_fns.all_reduce_skipped_by, 1, deadline=3)
-    finally:
-        world.kill()
-    recorder_lines = [line for line in str(info.value).splitlines() if line.startswith("flight recorder:")]
-    assert len(recorder_lines) == 1 and "no rank recorded a collective: " in recorder_lines[0], str(info.value)
-    assert info.value.hang_summary == ""
+    failure = hang(registry, "reference", 2, tmp_path / "evidence")
+    recorder_lines = [line for line in str(failure).splitlines() if line.startswith("flight recorder:")]
+    assert len(recorder_lines) == 1 and "no rank recorded a collective: " in recorder_lines[0], str(failure)
+    assert failure.hang_summary == ""
     assert not os.path.exists(tmp_path / "evidence"), "empty dumps kept"
 
 

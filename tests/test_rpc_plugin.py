@@ -41,12 +41,7 @@ def test_default_agents_leave_out_the_shm_variant():
 
 def test_shm_variant_runs_when_named(tmp_path):
     """An agent offered is an agent exercised: tensorpipe-shm, then tensorpipe, in the same world's processes."""
-    run = finish_pytest(start_pytest(["suites/rpc/test_futures.py", "--world-size", "2", "--rpc-agent",
-                                      "tensorpipe-shm,tensorpipe", "-k", "first_error_wins or returns_values"],
-                                     tmp_path))
-    assert run.returncode == 0, run.output
-    with open(tmp_path / "conformance.json") as fh:
-        cases = json.load(fh)["cases"]
+    cases = futures_cases(tmp_path, "tensorpipe-shm,tensorpipe")
     assert {(c["rpc_agent"], c["outcome"]) for c in cases} == {("tensorpipe-shm", "passed"),
                                                                ("tensorpipe", "passed")}, cases
 
@@ -114,13 +109,17 @@ def test_ids_name_backend_world_size_agent_and_blocks_are_contiguous(cheap_runs)
         assert kinds == sorted(kinds), f"{block}: a private-agent clause runs before a shared-agent one"
 
 
-def test_report_carries_agent_and_gap(tmp_path):
-    run = finish_pytest(start_pytest(["suites/rpc/test_futures.py", "--world-size", "2", "--rpc-agent",
-                                      "reference-tp,tensorpipe", "-k", "first_error_wins or returns_values"],
-                                     tmp_path))
+def futures_cases(tmp_path, agents: str) -> list[dict]:
+    """Two clauses of suites/rpc/test_futures.py on ``agents`` at world size 2: the cases of its report."""
+    run = finish_pytest(start_pytest(["suites/rpc/test_futures.py", "--world-size", "2", "--rpc-agent", agents,
+                                      "-k", "first_error_wins or returns_values"], tmp_path))
     assert run.returncode == 0, run.output
     with open(tmp_path / "conformance.json") as fh:
-        cases = json.load(fh)["cases"]
+        return json.load(fh)["cases"]
+
+
+def test_report_carries_agent_and_gap(tmp_path):
+    cases = futures_cases(tmp_path, "reference-tp,tensorpipe")
     by_agent = {(c["rpc_agent"], c["outcome"]) for c in cases}
     assert by_agent == {("reference-tp", "passed"), ("reference-tp", "xfailed"), ("tensorpipe", "passed")}, cases
     gap = next(c for c in cases if c["outcome"] == "xfailed")

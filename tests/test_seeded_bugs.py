@@ -30,8 +30,6 @@ gaps apply.
 from __future__ import annotations
 
 import ast
-import importlib
-import inspect
 import json
 import os
 import pkgutil
@@ -40,6 +38,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pytest
 
@@ -124,10 +123,52 @@ def describe(cases: list[dict]) -> str:
 # Seeded modules a bug may import from and still share a run: they only define classes and register backends.
 SHARABLE_BASES = ("tests.seeded.gloo_wrapper", "tests.seeded.reference_base")
 REGISTERING = ("register", "register_reference")
+FACTS = ("SUITE", "EXTRA_ARGS", "HANGS", "CONTRACT")
 
 
-def shares_a_run(module: str) -> bool:
-    """Importing ``module`` registers its own backend class and changes nothing else, read from its source.
+@dataclass(frozen=True)
+class Bug:
+    """What the gallery needs of a seeded module, read from its source: never imported in this process.
+
+    Importing a bug module plants its bug in the importing process (several
+    patch the reference RPC agent or a DDP internal globally), and the
+    project's other tests share this process, under pytest-xdist in any
+    order. Every bug's backend is named after its module (``--backend <module>``).
+    """
+
+    module: str
+    summary: str
+    suite: str
+    extra_args: tuple[str, ...]
+    hangs: bool
+    contract: str
+    shares_a_run: bool
+
+
+def _tree(module: str) -> ast.Module:
+    with open(os.path.join(REPO_ROOT, *module.split(".")) + ".py") as fh:
+        return ast.parse(fh.read())
+
+
+def _constants(tree: ast.Module) -> dict:
+    """Top-level names bound to constant expressions (over names imported from seeded bases)."""
+    names: dict = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.seeded."):
+            base = _constants(_tree(node.module))
+            names.update({a.asname or a.name: base[a.name] for a in node.names if a.name in base})
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:  # constants, tuples of them, and sums of those with imported constants
+                names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "<seeded>", "eval"),
+                                                 {"__builtins__": {}}, dict(names))
+            except Exception:  # noqa: BLE001 - not a constant (a spec, a class): not a fact
+                pass
+    return names
+
+
+def shares_a_run(tree: ast.Module) -> bool:
+    """Importing the module registers its own backend class and changes nothing else.
 
     Every rank imports every --backend-plugin module of a run, so bugs can
     share a run only if none patches anything global (a DDP or RPC internal,
@@ -136,7 +177,6 @@ def shares_a_run(module: str) -> bool:
     ``DISTCONFORM_SPEC = register(...)`` / ``register_reference(...)``.
     Native variants load a shared library each and never share.
     """
-    tree = ast.parse(inspect.getsource(importlib.import_module(f"tests.seeded.{module}")))
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
@@ -149,7 +189,7 @@ def shares_a_run(module: str) -> bool:
         if not isinstance(node, ast.Assign) or not all(isinstance(t, ast.Name) for t in node.targets):
             return False
         calls = [n for n in ast.walk(node.value) if isinstance(n, ast.Call)]
-        if any(t.id == "DISTCONFORM_SPEC" for t in node.targets):
+        if any(getattr(t, "id", "") == "DISTCONFORM_SPEC" for t in node.targets):
             if not (isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") in REGISTERING
                     and len(calls) == 1):
                 return False
@@ -158,15 +198,20 @@ def shares_a_run(module: str) -> bool:
     return True
 
 
+def read_bug(module: str) -> Bug:
+    tree = _tree(f"tests.seeded.{module}")
+    facts = _constants(tree)
+    return Bug(module, (ast.get_docstring(tree) or module).strip().splitlines()[0], facts["SUITE"],
+               tuple(facts.get("EXTRA_ARGS", ())), bool(facts.get("HANGS", False)),
+               facts.get("CONTRACT", "(module names no contract)"), shares_a_run(tree))
+
+
 def batches(modules: list[str]) -> list[tuple[str, ...]]:
     """Bugs that share a run: sharable, not hanging, with the same suite area and extra options; the rest alone."""
     groups: dict[tuple, list[str]] = {}
     for module in modules:
-        bug = importlib.import_module(f"tests.seeded.{module}")
-        if shares_a_run(module) and not getattr(bug, "HANGS", False):
-            key: tuple = (bug.SUITE, tuple(getattr(bug, "EXTRA_ARGS", ())))
-        else:
-            key = ("alone", module)
+        bug = read_bug(module)
+        key = (bug.suite, bug.extra_args) if bug.shares_a_run and not bug.hangs else ("alone", module)
         groups.setdefault(key, []).append(module)
     return [tuple(group) for group in groups.values()]
 
@@ -177,15 +222,14 @@ def run_batch(tmp_path, modules: tuple[str, ...]) -> tuple[dict, str]:
     A bug alone stops at its first failure (-x); bugs sharing a run cannot
     (the first failure would end the others' runs), so each runs its area through.
     """
-    bugs = [importlib.import_module(f"tests.seeded.{module}") for module in modules]
-    first = bugs[0]
-    extra = [*(["-x"] if len(bugs) == 1 else []), *getattr(first, "EXTRA_ARGS", ())]  # e.g. --rpc-agent
-    if getattr(first, "HANGS", False):
+    first = read_bug(modules[0])
+    extra = [*(["-x"] if len(modules) == 1 else []), *first.extra_args]  # e.g. ("--rpc-agent", "reference-tp")
+    if first.hangs:
         extra += ["--deadline", str(HANG_DEADLINE_S)]
     for module in modules[1:]:
         extra += ["--backend-plugin", f"tests.seeded.{module}"]
-    return run_suite(tmp_path, f"tests.seeded.{modules[0]}", ",".join(b.DISTCONFORM_SPEC.name for b in bugs),
-                     *extra, timeout=BUG_TIMEOUT_S, suite=first.SUITE)
+    return run_suite(tmp_path, f"tests.seeded.{modules[0]}", ",".join(modules), *extra, timeout=BUG_TIMEOUT_S,
+                     suite=first.suite)
 
 
 BATCHES = batches(gallery())
@@ -211,14 +255,12 @@ def gallery_runs(request, tmp_path_factory):
 
 def verdict(module: str, document: dict, tail: str) -> str:
     """'' when ``module``'s bug was caught cleanly in its backend's cases, else what went wrong."""
-    bug = importlib.import_module(f"tests.seeded.{module}")
-    mine = {**document, "cases": [c for c in document["cases"] if c["backend"] == bug.DISTCONFORM_SPEC.name]}
+    bug = read_bug(module)
+    mine = {**document, "cases": [c for c in document["cases"] if c["backend"] == module]}
     failed = cases_with(mine, "failed")
     if not failed:
-        contract = getattr(bug, "CONTRACT", "(module names no contract)")
-        return (f"seeded bug {module!r} ({bug.__doc__.strip().splitlines()[0]}) was not caught: no contract case "
-                f"of backend {bug.DISTCONFORM_SPEC.name} failed ({len(mine['cases'])} cases). Expected to be "
-                f"caught by: {contract}\n{tail}")
+        return (f"seeded bug {module!r} ({bug.summary}) was not caught: no contract case of backend {module} "
+                f"failed ({len(mine['cases'])} cases). Expected to be caught by: {bug.contract}\n{tail}")
     # Visible with -rA / -v: which clause caught the bug.
     print(f"{module} caught by:\n{describe(failed)}")
     errors = cases_with(mine, "error")
