@@ -177,8 +177,10 @@ class Collective:
     # torch.distributed functions with this call's signature, the one ``issue`` uses first; () = (name,)
     entry_points: tuple[str, ...] = ()
     # the ProcessGroup methods it reaches the backend through, torch 2.13's name first and the older Backend
-    # name after (suites/c10d/test_capabilities.py calls each on the group; out-of-tree backends broke on one)
+    # name after (suites/c10d/test_method_names.py calls each on the group; out-of-tree backends broke on one),
+    # and how: group_call(method, args) with the method's options object
     group_methods: tuple[str, ...] = ()
+    group_call: Callable[[Callable, Args], object] | None = None
     async_entry_point: bool = False  # the entry-point clause also calls it with async_op=True (case <name>_async)
     coalesced: Coalesced = field(default_factory=Coalesced)
     dtypes_moved: tuple[str, ...] = ()  # MOVED_DTYPES it must carry bit for bit (suites/c10d/test_dtypes.py)
@@ -287,6 +289,21 @@ def entry_point_function(name: str) -> Callable:
     """The torch.distributed function ``name``; the 2.13 names (``all_gather_single``, ...) through
     suites/compat.py, which falls back to the older name on an older torch."""
     return getattr(_compat(), name, None) or getattr(_dist(), name)
+
+
+# Each calls ``method`` (a bound ProcessGroup method of the collective's group_methods) with an Args.
+def _group_call_all_gather(method, a: Args):
+    return method(a.outputs[0], a.inputs[0], _dist().distributed_c10d.AllgatherOptions())
+
+
+def _group_call_reduce_scatter(method, a: Args):
+    opts = _dist().distributed_c10d.ReduceScatterOptions()
+    opts.reduceOp = a.op
+    return method(a.outputs[0], a.inputs[0], opts)
+
+
+def _group_call_all_to_all(method, a: Args):
+    return method(a.outputs[0], a.inputs[0], [], [], _dist().distributed_c10d.AllToAllOptions())
 
 
 # Each calls ``fn`` (one of the collective's entry points, all of one signature) with an Args.
@@ -462,7 +479,7 @@ TABLE: dict[str, Collective] = {c.name: c for c in (
     Collective("all_gather_into_tensor", "all_gather", "single", ONE, FLAT, False, ALL_TO_ALL,
                _call_all_gather_into_tensor, _oracle_all_gather, _bus_partitioned,
                entry_points=("all_gather_single", "all_gather_into_tensor", "_all_gather_base"),
-               group_methods=("all_gather_single", "_allgather_base"),
+               group_methods=("all_gather_single", "_allgather_base"), group_call=_group_call_all_gather,
                coalesced=Coalesced(manager=True), dtypes_moved=MOVED_BY_ALL,
                functional=Functional(("all_gather_single", "all_gather_tensor"),
                                      ("all_gather_single_autograd", "all_gather_tensor_autograd"),
@@ -479,13 +496,14 @@ TABLE: dict[str, Collective] = {c.name: c for c in (
                _call_reduce_scatter_tensor, _oracle_reduce_scatter, _bus_partitioned,
                entry_points=("reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base"),
                group_methods=("reduce_scatter_single", "_reduce_scatter_base"),
+               group_call=_group_call_reduce_scatter,
                coalesced=Coalesced(manager=True), dtypes_reduced=(COMPLEX, PREMUL_SUM),
                functional=Functional(("reduce_scatter_single", "reduce_scatter_tensor"),
                                      ("reduce_scatter_single_autograd", "reduce_scatter_tensor_autograd"),
                                      _funcol_reduce_scatter, adjoint="all_gather_into_tensor")),
     Collective("all_to_all_single", "all_to_all", "single", FLAT, FLAT, False, ALL_TO_ALL,
                _call_all_to_all_single, _oracle_all_to_all_single, _bus_partitioned, splits=("even", "uneven"),
-               group_methods=("all_to_all_single", "alltoall_base"),
+               group_methods=("all_to_all_single", "alltoall_base"), group_call=_group_call_all_to_all,
                dtypes_moved=MOVED_BY_ALL,
                functional=Functional(("all_to_all_single",), ("all_to_all_single_autograd",),
                                      _funcol_all_to_all_single, adjoint="all_to_all_single")),

@@ -319,3 +319,11 @@ def test_an_added_entry_is_checked_by_every_clause_that_runs_it(tmp_path):
                         "test_entry_point", "test_complex_reduce_and_reduce_scatter", "test_premul_sum"}, ran
     assert all(outcomes <= {"passed", "xfailed"} for outcomes in ran.values()), ran
     assert {"passed"} <= ran["test_complex_reduce_and_reduce_scatter"] and ran["test_entry_point"] == {"passed"}, ran
+
+
+def test_every_record_with_group_methods_says_how_to_call_them():
+    """suites/c10d/test_method_names.py calls group_methods through the record's group_call: both or neither."""
+    from suites import collectives
+
+    for entry in collectives.TABLE.values():
+        assert bool(entry.group_methods) == (entry.group_call is not None), entry.name

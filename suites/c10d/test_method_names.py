@@ -27,23 +27,10 @@ NUMEL = 6
 
 
 # -------------------------------------------------- rank side: the two name sets
-def _group_opts(family: str, a: collectives.Args):
-    c10d = dist.distributed_c10d
-    if family == "all_gather":
-        return c10d.AllgatherOptions()
-    opts = c10d.ReduceScatterOptions() if family == "reduce_scatter" else c10d.AllToAllOptions()
-    if family == "reduce_scatter":
-        opts.reduceOp = a.op
-    return opts
-
-
 def _call_group_method(entry: collectives.Collective, method: str, a: collectives.Args):
     """ProcessGroup.<method> (one of the record's group_methods) with the record's buffers."""
-    fn = getattr(dist.group.WORLD, method)
-    opts = _group_opts(entry.family, a)
-    if entry.family == "all_to_all":
-        return fn(a.outputs[0], a.inputs[0], [], [], opts)
-    return fn(a.outputs[0], a.inputs[0], opts)
+    assert entry.group_call is not None, f"{entry.name} names group_methods without a group_call"
+    return entry.group_call(getattr(dist.group.WORLD, method), a)
 
 
 def group_method(name: str, method: str) -> list:
