@@ -283,11 +283,105 @@ GLOO_GAPS += (
         "not support getMemoryStats' (torch 2.13)"),
 )
 
+# Measured on one NVIDIA H200 with torch 2.11.0+cu130 and NCCL 2.28.9 at world size 1 (python -m fixtures.gpu_check,
+# the only size one GPU allows). What ProcessGroupNCCL documents or refuses by design holds on every release; what
+# looks like a torch defect is gated to the release it was seen on (2.12+ with CUDA not measured yet).
+NCCL_ALL_COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter", "reduce_scatter",
+                        "all_to_all")
 NCCL_GAPS = (
     Gap({"op": ("band", "bor", "bxor")}, "NCCL has no bitwise reductions: 'Cannot use ReduceOp.BAND with NCCL'"),
     Gap({"feature": "recv_any_source"}, "NCCL cannot receive from any source (ProcessGroupNCCL has no recvAnysource)"),
     MONITORED_BARRIER_GLOO_ONLY,
     LOCAL_SYNC_DESYNCS_GROUP_NAMES,
+    Gap({"dtype": ("int16", "uint16", "uint32", "uint64"),
+         "collective": tuple(c for c in NCCL_ALL_COLLECTIVES if c != "scatter")},
+        "ProcessGroupNCCL maps no NCCL type to int16, uint16, uint32 or uint64: 'TypeError: Input tensor data type "
+        "is not supported for NCCL process group: Short' (UInt16, UInt32, UInt64 likewise), or 'RuntimeError: "
+        "Unconvertible NCCL type Short' from all_to_all and gather (torch 2.11, H200)"),
+    Gap({"dtype": ("uint16", "uint32", "uint64"), "collective": "scatter"},
+        "NCCL's scatter of uint16, uint32 or uint64 returns without error and leaves the output unwritten: 'scatter "
+        "of uint32 on rank 0 (entry 0): element 0 has bytes [0, 0, 0, 0], expected [0, 0, 0, 136]' (int16 is "
+        "scattered exactly; torch 2.11, H200, world size 1)", torch="<2.12"),
+    Gap({"dtype": "int8", "collective": "all_reduce"},
+        "NCCL's all_reduce of int8 fails for every op: 'DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3780, "
+        "invalid argument', NCCL 2.28.9 (int8 moves exactly in every data-moving collective; torch 2.11, H200)",
+        torch="<2.12"),
+    Gap({"dtype": ("complex64", "complex128"), "op": ("max", "min"), "collective": "reduce_scatter"},
+        "NCCL's reduce_scatter of complex tensors with MAX returns instead of raising ('reduce_scatter_tensor MAX of "
+        "complex tensors returned instead of raising'; all_reduce and reduce raise as torch's supports_complex "
+        "says; torch 2.11, H200)", torch="<2.12"),
+    Gap({"feature": "premul_sum", "collective": "reduce_scatter"},
+        "NCCL's reduce_scatter ignores the PREMUL_SUM factor: 'reduce_scatter_tensor PREMUL_SUM(0.25 as a float) "
+        "float32 on rank 0 (chunk 0): 7 of 7 elements wrong; first at flat index 0: got 1.0000152587890625, expected "
+        "0.2500038146972656' (all_reduce and reduce apply it; torch 2.11, H200, world size 1)", torch="<2.12"),
+    Gap({"bad_input": "all_to_all_mismatched_splits"},
+        "NCCL does not check all_to_all split sizes: rank 0 expecting 3 elements from each sender that sends 2 gets "
+        "'all_to_all_mismatched_splits: no error on rank(s) [0]: {0: 'returned [1.0, 1.0, 0.0]'}' (torch 2.11, "
+        "H200, world size 1; more ranks not measured)", torch="<2.12"),
+    Gap({"feature": "sparse"},
+        "NCCL has no sparse all_reduce: 'RuntimeError: NCCL does not support all_reduce with sparse tensors. Please "
+        "use dense tensors instead.'"),
+    Gap({"layout": "non_contiguous"},
+        "ProcessGroupNCCL takes contiguous tensors only: a strided view fails with 'ValueError: Tensors must be "
+        "contiguous' (c10d does not copy it for the backend)"),
+    Gap({"clause": "test_all_gather_coalesced"},
+        "ProcessGroupNCCL has no list-form all_gather_coalesced: 'NotImplementedError: ProcessGroupNCCL does not "
+        "support allgather_coalesced' (all_gather_into_tensor inside _coalescing_manager works)"),
+    Gap({"entry_point": "all_gather_coalesced"},
+        "ProcessGroupNCCL has no list-form all_gather_coalesced: 'dist.all_gather_coalesced failed on rank 0 of "
+        "backend nccl: NotImplementedError: ProcessGroupNCCL does not support allgather_coalesced'"),
+    Gap({"clause": "test_completed_work_reports_success_and_values"},
+        "WorkNCCL refuses is_success(): 'NotImplementedError: WorkNCCL::isSuccess() is deprecated' (torch 2.11)"),
+    Gap({"feature": "completion_hook"},
+        "ProcessGroupNCCL's completion hooks need timing events: _register_on_completion_hook fails with "
+        "'ValueError: ProcessGroupNCCL OnCompletion hook requires recording start and end events which require "
+        "setting TORCH_NCCL_ENABLE_TIMING environment variable.' (torch 2.11)",
+        unless_env={"TORCH_NCCL_ENABLE_TIMING": "1"}),
+    Gap({"feature": "suspend_resume"},
+        "torch 2.11's ProcessGroupNCCL has no suspend(): 'AttributeError: 'ProcessGroupNCCL' object has no "
+        "attribute 'suspend''", torch="<2.12"),
+    Gap({"feature": "memory_stats"},
+        "torch 2.11's ProcessGroupNCCL has no memory_stats(): 'AttributeError: 'ProcessGroupNCCL' object has no "
+        "attribute 'memory_stats''", torch="<2.12"),
+    Gap({"clause": "test_advertised_capability_works", "feature": "tensor_alloc"},
+        "ProcessGroupNCCL does not advertise tensor allocation: supports_tensor_alloc(cuda) is False (torch 2.11, "
+        "NCCL 2.28.9)", torch="<2.12"),
+    Gap({"clause": "test_advertised_capability_works", "feature": "time_estimate"},
+        "ProcessGroupNCCL advertises supports_time_estimate but estimates -1.0 ('supports_time_estimate=True, but "
+        "using it failed: AssertionError: estimated time -1.0'; torch 2.11, H200, world size 1)", torch="<2.12"),
+)
+
+# gloo with CUDA tensors, measured on one NVIDIA H200 with torch 2.11.0+cu130, ranks sharing the GPU at world sizes
+# 2 and 3 (python -m fixtures.gpu_check). Gloo's own gaps are inherited; these are what CUDA tensors add. The crashes
+# are skipped (running them kills a rank, and a respawned CUDA world costs seconds) and gated to the release seen.
+GLOO_CUDA_GAPS = (
+    Gap({"collective": ("send_recv", "batch_isend_irecv")},
+        "gloo's send/recv take CPU tensors only (PyTorch's backend table: gloo send/recv on GPU, no): with a CUDA "
+        "tensor its TCP transport writes the device pointer and the rank aborts: 'gloo::IoException: "
+        "[gloo/transport/tcp/pair.cc:339] writev [127.0.0.1]:19844: Bad address' (the peer then sees 'Connection "
+        "closed by peer'; torch 2.11)", outcome="skip", consequence="kills_rank"),
+    Gap({"feature": "coalescing", "collective": "all_reduce"},
+        "gloo has no CUDA all_reduce_coalesced: 'RuntimeError: ProcessGroupGloo::allreduce_coalesced: unsupported "
+        "device type cuda' (all_reduce_coalesced and _coalescing_manager's all_reduce; torch 2.11)"),
+    Gap({"feature": "coalescing", "collective": "all_gather"},
+        "gloo's coalesced all_gather of CUDA tensors kills the rank: all_gather_coalesced and all_gather_into_tensor "
+        "inside _coalescing_manager end in 'rank 0 died (killed by signal 11 (SIGSEGV))' (a single "
+        "all_gather_into_tensor works; torch 2.11)", outcome="skip", consequence="kills_rank", torch="<2.12"),
+    Gap({"form": "functional", "collective": "all_gather"},
+        "functional all_gather (all_gather_into_tensor_coalesced underneath) of CUDA tensors on gloo kills the rank: "
+        "test_funcol_all_gather ends in 'rank 0 died (killed by signal 11 (SIGSEGV))' (the functional reduce_scatter "
+        "works; torch 2.11)", outcome="skip", consequence="kills_rank", torch="<2.12"),
+    Gap({"form": "dtensor", "collective": ("all_gather", "reduce_scatter")},
+        "DTensor redistributions that gather or reduce-scatter CUDA tensors on gloo kill the rank: "
+        "test_redistribute shard_to_replicate, shard0_to_shard1, uneven_shard_to_replicate and partial_to_shard, "
+        "and test_sharded_matmul colwise, end in 'rank 0 died (killed by signal 11 (SIGSEGV))' (partial_to_replicate "
+        "and rowwise, all_reduces, work; torch 2.11)",
+        outcome="skip", consequence="kills_rank", torch="<2.12"),
+    Gap({"form": "functional", "feature": ("autograd", "async_work")},
+        "the functional collectives' backward and in-flight clauses gather CUDA tensors on gloo, which kills the "
+        "rank: test_funcol_backward[all_gather, reduce_scatter] and test_funcol_wait_tensor_in_flight end in "
+        "'rank 0 died (killed by signal 11 (SIGSEGV))' (backward of all_reduce and all_to_all works, and is "
+        "skipped with them; torch 2.11)", outcome="skip", consequence="kills_rank", torch="<2.12"),
 )
 
 MPI_GAPS = (
@@ -337,13 +431,15 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
     ),
     # torch's gloo with the ranks' tensors on CUDA: the device-placement paths of the harness and of every
     # clause with more ranks than this machine has GPUs (gloo stages CUDA tensors through host memory, so
-    # ranks may share a GPU; ids say gloo-cuda). Gloo's gaps hold (inherited); not checked on a GPU yet.
+    # ranks may share a GPU; ids say gloo-cuda). Gloo's gaps hold (inherited), GLOO_CUDA_GAPS add what CUDA tensors
+    # break (measured on an H200, torch 2.11).
     "gloo-cuda": BackendSpec(
         name="gloo-cuda",
         device_type="cuda",
         torch_backend="gloo",
         shares_devices=True,
         check_available=_gloo_cuda_available,
+        gaps=GLOO_CUDA_GAPS,
         inherits="gloo",
         description="gloo with CUDA tensors; ranks share GPUs (rank r on cuda:r mod GPU count)",
     ),

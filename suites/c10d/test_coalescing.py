@@ -185,7 +185,7 @@ def test_all_reduce_coalesced(world, op, dtype, async_op):
     _expect_all_reduced(results, op, dtype, world.world_size, f"all_reduce_coalesced {op} {dtype}")
 
 
-@pytest.mark.needs(collective="all_gather")
+@pytest.mark.needs(collective="all_gather", clause="test_all_gather_coalesced")
 @pytest.mark.parametrize("async_op", [False, True], ids=["sync", "async"])
 def test_all_gather_coalesced(world, async_op):
     """all_gather_coalesced gives every rank output[r][i] == rank r's tensor i."""

@@ -281,8 +281,11 @@ def premul_input(entry: collectives.Collective, rank: int, dtype: str, n: int) -
 
 def premul_sum(collective: str, dtype: str, factor: float, factor_kind: str = "float"):
     entry = collectives.get(collective)
-    # the factor as a Python float or as a 1-element tensor (both _make_nccl_premul_sum overloads)
-    op = dist._make_nccl_premul_sum(factor if factor_kind == "float" else torch.tensor([factor], device=ctx.device))
+    # the factor as a Python float or as a 1-element tensor (both _make_nccl_premul_sum overloads); a tensor
+    # factor has the data's dtype, as ProcessGroupNCCL reads it as one ('expected scalar type Double but found
+    # Float' for a float32 factor of float64 data, torch 2.11)
+    factor_arg = factor if factor_kind == "float" else torch.tensor([factor], dtype=values.DTYPES[dtype], device=ctx.device)
+    op = dist._make_nccl_premul_sum(factor_arg)
     return _reduce(entry, premul_input(entry, ctx.rank, dtype, ctx.world_size), values.DTYPES[dtype], op)
 
 
@@ -422,7 +425,7 @@ def test_narrow_int_all_reduce(world, dtype, op):
 
 @pytest.mark.needs(feature="premul_sum", op="premul_sum")
 @pytest.mark.parametrize("factor_kind", ["float", "tensor"])
-@pytest.mark.parametrize("collective", [pytest.param(c.name, id=c.bench_name)
+@pytest.mark.parametrize("collective", [pytest.param(c.name, id=c.bench_name, marks=pytest.mark.needs(**c.need()))
                                         for c in collectives.with_dtypes_reduced(collectives.PREMUL_SUM)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_premul_sum(world, collective, dtype, factor_kind):

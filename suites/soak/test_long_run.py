@@ -42,7 +42,7 @@ def mixed_rounds(first_round: int, rounds: int) -> int:
                      "send_recv": functools.partial(ring_rounds, live[1], OPS_PER_ROUND)}, THREAD_DEADLINE_S)
         destroy_all(live)
         many_in_flight(2, OPS_PER_ROUND, f"long-flight-{r}")
-        tensor = torch.full((1024,), float(r if ctx.rank == 0 else -1))
+        tensor = torch.full((1024,), float(r if ctx.rank == 0 else -1), device=ctx.device)
         dist.broadcast(tensor, 0)
         if not bool((tensor == float(r)).all()):
             raise AssertionError(f"round {r}: broadcast gave {tensor[:4].tolist()}..., expected {r}")

@@ -34,8 +34,8 @@ def ring_rounds(pg, rounds: int) -> int:
     n = ctx.world_size
     nxt, prv = (ctx.rank + 1) % n, (ctx.rank - 1) % n
     for i in range(rounds):
-        out = torch.full((16,), float(ctx.rank * 1000 + i))
-        got = torch.empty(16)
+        out = torch.full((16,), float(ctx.rank * 1000 + i), device=ctx.device)
+        got = torch.empty(16, device=ctx.device)
         # the lower rank of a pair sends first, so blocking p2p cannot wait in a circle
         works = ([pg.send([out], nxt, i), pg.recv([got], prv, i)] if ctx.rank % 2 == 0
                  else [pg.recv([got], prv, i), pg.send([out], nxt, i)])
@@ -55,7 +55,7 @@ def many_in_flight(group_count: int, per_group: int, what: str = "flight") -> in
         for i in range(per_group):
             for g, pg in enumerate(live):
                 salt = 1 + g * per_group + i
-                tensor = torch.full((64,), float((ctx.rank + 1) * salt))
+                tensor = torch.full((64,), float((ctx.rank + 1) * salt), device=ctx.device)
                 pending.append((pg.allreduce([tensor]), tensor, salt))
         n = ctx.world_size
         for work, tensor, salt in reversed(pending):
