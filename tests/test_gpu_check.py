@@ -137,7 +137,7 @@ def test_world_size_one_skips_per_case_what_needs_a_peer(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     cases = {case["nodeid"].split("[")[-1].rstrip("]"): case
              for case in json.loads((tmp_path / "conformance.json").read_text())["cases"]}
-    for name in ("reference-ws1-send_recv", "reference-ws1-send_recv_object_list"):
+    # isend_irecv's ring of one is a send to the own rank (gloo refuses it, NCCL takes it only in a batch)
+    for name in ("reference-ws1-send_recv", "reference-ws1-send_recv_object_list", "reference-ws1-isend_irecv"):
         assert (cases[name]["outcome"], cases[name]["reason"]) == ("skipped", "clause needs world size >= 2")
-    assert cases["reference-ws1-isend_irecv"]["outcome"] == "passed"
     assert cases["reference-ws1-all_reduce"]["outcome"] == "passed"

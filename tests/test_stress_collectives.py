@@ -227,3 +227,14 @@ def test_unknown_backend_is_a_usage_error(tmp_path):
     assert proc.returncode == 2
     assert "unknown backend 'no_such_backend'" in proc.stderr and "gloo" in proc.stderr
     assert report is None
+
+
+def test_the_next_rows_time_is_extrapolated_only_within_a_bounded_step():
+    """Linear in the size for a step of up to MAX_EXTRAPOLATION; a huge step from a latency-bound row is measured,
+    not estimated (8 B at 36 us -> 64 MiB would be 'about 302 s', skipping a size an H200 does in microseconds)."""
+    from suites.stress.collectives import MAX_EXTRAPOLATION, extrapolated_seconds
+
+    assert extrapolated_seconds((1 << 20, 0.01), 1 << 21) == 0.02
+    assert extrapolated_seconds((1 << 20, 0.01), 1 << 19) == 0.01  # never less than the last row
+    assert extrapolated_seconds((8, 36e-6), 8 * MAX_EXTRAPOLATION) == 36e-6 * MAX_EXTRAPOLATION
+    assert extrapolated_seconds((8, 36e-6), 64 << 20) == 0.0
