@@ -346,6 +346,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::submit(OpCode op, c10d::OpType typ
   fp.seq = ++seq_;
   if (coalescing_) coalesced_.push_back(work);
   std::function<void()> task = [this, work, fp, limit, job = std::move(job)] {
+    noticePeerTimeout();
     if (broken_) {
       work->fail(std::make_exception_ptr(
           std::runtime_error("native: this group is unusable after an earlier failure: " + brokenWhy_)));

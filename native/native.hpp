@@ -124,6 +124,11 @@ struct SegmentHeader {
   int32_t size;
   Gate posted;    // every rank published round r: its buffer r % 2 may be read
   Gate consumed;  // every rank finished reading round r: buffers r % 2 may be rewritten
+  // The first collective of the group that timed out, on any rank: 1 + that group rank (0: none) and its
+  // sequence number. Read before each collective starts, so a rank that never saw the timeout (the one that
+  // stayed away) fails its next collective at once instead of pairing it with the abandoned one's rounds.
+  std::atomic<int32_t> timedOutRank;
+  std::atomic<uint64_t> timedOutSeq;
 };
 
 // How a rank waits: spin (cheap when the peer it waits for runs on another
@@ -437,6 +442,8 @@ class NativeBackend : public c10d::Backend {
   void publishAndWait(uint64_t round, Clock::time_point deadline, const Fingerprint& fp);
   void checkAgreement(uint64_t round, const Fingerprint& fp);
   [[noreturn]] void timedOut(uint64_t round, const Fingerprint& fp, bool waitingForConsumers);
+  // before a collective: a peer's collective timed out (SegmentHeader::timedOutRank), so this group is broken too
+  void noticePeerTimeout();
   std::string describeRanks(const std::vector<int>& ranks) const;
   void checkPeersAlive(const std::vector<int>& ranks, const Fingerprint& fp);
   void checkAbortedOrDead(const Fingerprint& fp);  // every slice of a collective's sleep

@@ -276,7 +276,20 @@ void NativeBackend::timedOut(uint64_t round, const Fingerprint& fp, bool waiting
       << (waitingForConsumers ? " to finish the previous collective" : "");
   broken_ = true;
   brokenWhy_ = msg.str();
+  int32_t none = 0;  // the first timeout of the group is the one its members are told about
+  if (segment_->header()->timedOutRank.compare_exchange_strong(none, getRank() + 1))
+    segment_->header()->timedOutSeq.store(fp.seq);
   TORCH_CHECK(false, brokenWhy_);
+}
+
+void NativeBackend::noticePeerTimeout() {
+  const int32_t by = segment_->header()->timedOutRank.load();
+  if (broken_ || by == 0) return;
+  std::ostringstream msg;
+  msg << "native: collective #" << segment_->header()->timedOutSeq.load() << " timed out on group rank " << by - 1
+      << " (a timeout makes the group unusable on every member)";
+  broken_ = true;
+  brokenWhy_ = msg.str();
 }
 
 std::vector<int> NativeBackend::deadAmong(const std::vector<int>& ranks) {

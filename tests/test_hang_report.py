@@ -5,15 +5,19 @@ dumps beside the report)."""
 import json
 import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 
 from backends.registry import BackendRegistry
 from fixtures.errors import DeadlineExceeded, RankError
+from fixtures.flight_dump import recorder_size_problem
+from fixtures.fr_trace_input import complete_pg_config
 from fixtures.hang_report import analyse
 from fixtures.world import World
 from tests.harness_cases import rank_fns
-from tests.harness_cases.procs import run_pytest
+from tests.harness_cases.procs import finish_pytest, run_pytest, start_pytest
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -91,6 +95,38 @@ def test_nothing_pending_is_said_too():
                             "last recorded one has completed or failed): the hang is outside what the recorder saw"]
 
 
+def test_pg_config_gets_the_groups_the_entries_name():
+    """gloo's recorder lists the default group as '' and no new_group; fr_trace needs the entries' names."""
+    mine = dump([entry(0, 1), entry(1, 1, group=("5", "undefined"))])
+    mine["pg_config"] = {"": {"name": "", "desc": "", "ranks": "[0, 1, 2]"}}
+    other = dump([entry(0, 1, group=("5", "undefined"))])
+    added = complete_pg_config(mine, {0: mine, 1: None, 2: other}, 3)
+    assert added == ["0", "5"]
+    assert mine["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}
+    assert mine["pg_config"]["5"] == {"name": "5", "desc": "undefined", "ranks": "[0, 2]"}
+    assert mine["pg_config"][""] == {"name": "", "desc": "", "ranks": "[0, 1, 2]"}  # the recorder's own row stays
+    assert complete_pg_config(mine, {0: mine}, 3) == []
+
+
+@pytest.mark.parametrize("value, fine", [("", False), ("lots", False), (" 5", False), ("0", True), ("2000", True),
+                                         (None, True)])
+def test_recorder_size_must_be_a_number_or_unset(value, fine):
+    env = {} if value is None else {"TORCH_FR_BUFFER_SIZE": value}
+    problem = recorder_size_problem(env)
+    assert (problem == "") == fine, problem
+    if not fine:
+        assert problem.startswith(f"TORCH_FR_BUFFER_SIZE={value!r}: expected a whole number"), problem
+
+
+def test_empty_recorder_size_is_a_usage_error_before_any_world(tmp_path, monkeypatch):
+    """torch aborts a rank's init_process_group on TORCH_FR_BUFFER_SIZE= and its peers wait: never start one."""
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "")
+    run = finish_pytest(start_pytest([CASE_FILE, "--backend", "gloo", "--world-size", "2", "-q"], tmp_path),
+                        timeout=60)
+    assert run.returncode == 4, run.output  # pytest's usage error
+    assert "TORCH_FR_BUFFER_SIZE='': expected a whole number" in run.output, run.output
+
+
 # ------------------------------------------------------- a live world
 @pytest.fixture(scope="module")
 def registry():
@@ -126,6 +162,13 @@ def test_gloo_hang_names_the_missing_rank_and_keeps_the_dumps(registry, tmp_path
         assert kept["distconform"]["rank"] == rank and kept["entries"], kept
         with open(tmp_path / "evidence" / f"rank_{rank}", "rb") as fh:
             assert pickle.load(fh)["entries"]  # torch's pickled dump, for fr_trace --prefix rank_
+    # torch's analyser reads the kept dumps (as gloo wrote them it fails with "KeyError: ('0', 0)")
+    analysed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+                               str(tmp_path / "evidence"), "--prefix", "rank_"], capture_output=True, text=True,
+                              timeout=120)
+    output = analysed.stdout + analysed.stderr
+    assert analysed.returncode == 0, output
+    assert "missing ranks: {1}" in output and f"sequence number: {seq}" in output, output
 
 
 def test_ranks_still_running_after_a_failure_get_the_report_too(registry):

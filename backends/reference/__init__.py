@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
-                           SPLIT_NEEDS_ACCELERATOR, Availability, BackendSpec, Gap, ResourceBudget)
+                           SPLIT_NEEDS_ACCELERATOR, AfterTimeout, Availability, BackendSpec, Gap, ResourceBudget)
 
 from .process_group import ReferenceProcessGroup
 
@@ -68,13 +68,6 @@ DISTCONFORM_SPEC = BackendSpec(
             "['1', 'undefined'] ([])', and pg_config and pg_status stay empty",
             torch=">=2.11,<2.15"),
         LOCAL_SYNC_DESYNCS_GROUP_NAMES,
-        Gap({"clause": "test_group_after_a_timeout_behaves_as_declared"},
-            "the reference keeps no state across a timed-out collective, so its group neither recovers nor fails "
-            "at once: the ranks that timed out go on to collective #2 and time out again after the full group "
-            "timeout ('reference: Timed out waiting 3000ms for all_reduce (collective #2) on rank 0: no message "
-            "from group ranks [1] (global ranks [1])'), while the rank that had stayed away runs its collective #1 "
-            "against the frames the others sent for the abandoned one and returns after 0.01 s (measured at ws2 "
-            "and ws3)"),
         Gap({"feature": "premul_sum"},
             "torch 2.11's ReduceOp binding does not expose a PREMUL_SUM op's factor to Python (no ReduceOp.factor; "
             "torch 2.13 has it, 2.12 not checked): a Python process group cannot know what to multiply by",
@@ -84,4 +77,9 @@ DISTCONFORM_SPEC = BackendSpec(
     # per live group and rank: its listening socket and one connection per peer; an accept/dial thread,
     # a worker and one reader per peer (suites/soak/test_resources.py)
     resource_budget=ResourceBudget(fds_fixed=1, fds_per_peer=1, threads_fixed=2, threads_per_peer=1),
+    # a timed-out collective closes the group's connections (process_group.py, _close_after_timeout): the ranks
+    # that timed out fail their next collective at once with 'the group is unusable after all_reduce
+    # (collective #1) timed out', the rank that had stayed away with 'rank N closed the connection'
+    after_timeout=AfterTimeout(usable=False, error=r"^RuntimeError: reference: .*(the group is unusable after .* "
+                                                   r"timed out|rank \d+ closed the connection)"),
 )

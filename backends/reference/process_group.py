@@ -189,6 +189,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         self._pending: set[ReferenceWork] = set()  # queued or running collectives (_wait_for_pending_works)
         self._pending_lock = threading.Lock()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        # why the group runs no more collectives (a collective of it timed out); None while it is usable
+        self._unusable: str | None = None
         self._worker = threading.Thread(target=self._work_loop, name=f"reference-worker-r{rank}", daemon=True)
         self._worker.start()
         _LIVE_GROUPS.add(self)
@@ -299,6 +301,11 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 return
             work, seq, fingerprint, run, timeout_s = job
             work.started = time.perf_counter()
+            if self._unusable is not None:  # fail at once, never wait out another timeout
+                work.fail(RuntimeError(f"reference: {fingerprint['op']} (collective #{seq}) on rank {self.rank()}: "
+                                       f"the group is unusable after {self._unusable}"))
+                self._completed(work, seq, fingerprint["op"])
+                continue
             try:
                 # A backend writes data, never autograd history. Grad mode is per thread and on
                 # by default here, so without no_grad() the copy_ of a result into the caller's
@@ -324,20 +331,21 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         """
         me, peers = self.rank(), [p for p in range(self.size()) if p != self.rank()]
         payloads = payloads or {}
-        for peer in peers:
-            tensor = payloads.get(peer)
-            meta = {"seq": seq, "step": step, "fp": fingerprint if step == 0 else None}
-            if tensor is not None:
-                meta.update(wire.tensor_meta(tensor))
-                self.mesh.send(peer, wire.COLL, 0, meta, wire.tensor_bytes(tensor))
-            else:
-                self.mesh.send(peer, wire.COLL, 0, meta)
         keys = [("coll", seq, step, peer) for peer in peers]
         try:
+            for peer in peers:
+                tensor = payloads.get(peer)
+                meta = {"seq": seq, "step": step, "fp": fingerprint if step == 0 else None}
+                if tensor is not None:
+                    meta.update(wire.tensor_meta(tensor))
+                    self.mesh.send(peer, wire.COLL, 0, meta, wire.tensor_bytes(tensor))
+                else:
+                    self.mesh.send(peer, wire.COLL, 0, meta)
             frames = self.mesh.mailbox.take(keys, deadline, lambda missing: self.mesh.failure_for(
                 [key[3] for key in missing]))
         except RecvTimeout as timeout:
             missing = sorted(key[3] for key in timeout.args[0])
+            self._close_after_timeout(f"{fingerprint['op']} (collective #{seq}) timed out on rank {me}")
             raise RuntimeError(
                 f"reference: Timed out waiting {timeout_s * 1000:.0f}ms for {fingerprint['op']} (collective "
                 f"#{seq}) on rank {me}: no message from group ranks {missing} (global ranks "
@@ -353,6 +361,17 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         if step == 0:
             self._check_agreement(seq, fingerprints)
         return received
+
+    def _close_after_timeout(self, why: str) -> None:
+        """A collective timed out: the group runs no more collectives, and its connections close.
+
+        The ranks that timed out and a rank that never came no longer agree on which collective is next
+        (the latter would pair its next one with the frames of the abandoned one), so no later collective
+        can be trusted. Like gloo, which closes its pairs, every member then fails its next collective at
+        once (the declared AfterTimeout): here with this reason, a peer with 'rank N closed the connection'.
+        """
+        self._unusable = why
+        self.mesh.close()
 
     def _check_agreement(self, seq: int, fingerprints: dict[int, dict]) -> None:
         """Raise the same error on every rank when ranks called different things."""

@@ -8,6 +8,10 @@
   subgroup; ``split_group`` where the backend supports splitting;
 * ``_abort_process_group`` (abort) and ``shutdown`` end a group; a Work pending
   on an aborted group fails instead of hanging;
+* abort under load: with many all_reduces in flight on several groups,
+  ``_abort_process_group()`` (every group, the default one too) returns within
+  ABORT_RETURNS_S and every one of those Works fails within ABORT_WAIT_S of
+  the abort; the ranks then make a new default group (the world lives on);
 * a destroyed group leaves nothing behind: no thread, file descriptor,
   listening port or shared-memory mapping more than before it was created
   (measured in /proc after a warm-up cycle, so lazily created process-wide
@@ -38,6 +42,10 @@ LEAK_GRACE_S = 3.0
 ABORT_WAIT_S = 3.0  # how long rank 0 waits on a Work whose group it aborted
 ABORT_GROUP_TIMEOUT_S = 6.0  # threads and sockets of a destroyed group may take a moment to go
 CYCLES = 3
+# abort under load: this many subgroups, each with this many all_reduces in flight on every rank but the last
+LOAD_GROUPS = 3
+LOAD_OPS_PER_GROUP = 4
+ABORT_RETURNS_S = 2.0  # how long _abort_process_group() itself may take
 
 
 def total(ranks) -> torch.Tensor:
@@ -222,6 +230,44 @@ def abort_fails_pending_work():
     return outcome, summed()
 
 
+def abort_under_load():
+    """Every rank but the last issues LOAD_OPS_PER_GROUP async all_reduces on each of LOAD_GROUPS fresh groups;
+    the last never joins them, so all stay in flight. Those ranks then abort every group at once
+    (``_abort_process_group()``, the default group too) and wait on each Work within what is left of
+    ABORT_WAIT_S after the abort began; only then does the last rank abort (so no Work ends because a peer
+    closed its side). Every rank then makes a new default group.
+
+    Returns (seconds the abort took, [(raised, seconds since the abort began, error) per Work] (empty on the
+    last rank), the new default group's all_reduce).
+    """
+    last = ctx.world_size - 1
+    groups = [dist.new_group(timeout=timedelta(seconds=ABORT_GROUP_TIMEOUT_S)) for _ in range(LOAD_GROUPS)]
+    works = []
+    if ctx.rank != last:
+        works = [dist.all_reduce(torch.ones(4, device=ctx.device), group=group, async_op=True)
+                 for group in groups for _ in range(LOAD_OPS_PER_GROUP)]
+        ctx.store.set(f"issued/{ctx.rank}", "1")
+        ctx.store.wait([f"issued/{r}" for r in range(last)], timedelta(seconds=60))
+        time.sleep(0.2)  # the operations reach the backend's threads
+    else:
+        ctx.store.wait([f"ended/{r}" for r in range(last)], timedelta(seconds=60))
+    start = time.perf_counter()
+    dist.distributed_c10d._abort_process_group()
+    abort_s = time.perf_counter() - start
+    outcomes = []
+    for work in works:
+        left = max(ABORT_WAIT_S - (time.perf_counter() - start), 0.01)
+        try:
+            work.wait(timeout=timedelta(seconds=left))
+            outcomes.append((False, time.perf_counter() - start, ""))
+        except Exception as exc:  # the finding: the backend's own error text
+            outcomes.append((True, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"))
+    if ctx.rank != last:
+        ctx.store.set(f"ended/{ctx.rank}", "1")
+    rank_main.reinit_process_group(f"abort-load-{ctx.case_id}")
+    return abort_s, outcomes, summed()
+
+
 def _subgroup_cycle() -> None:
     group = dist.new_group()
     summed(group)
@@ -367,6 +413,29 @@ def test_abort_fails_pending_work(world, record_property):
     record_property("finding", f"pending work after abort: {error.splitlines()[0]}")
     for rank, (_, after) in enumerate(results):
         expect_tensor(after, total(range(world.world_size)), f"rank {rank}: the default group after the abort")
+
+
+@pytest.mark.needs(feature="abort", work="pending_on_abort")
+@pytest.mark.min_world_size(2)
+def test_abort_under_load_ends_every_pending_work(world, record_property):
+    """Aborting every group with 12 all_reduces in flight on 3 groups returns within 2 s and fails all of them within 3 s."""
+    results = world.run(abort_under_load)
+    abort_s, outcomes, _ = results[0]
+    record_property("finding", f"abort under load: rank 0's abort took {abort_s:.2f} s, its last Work ended "
+                               f"{max(s for _, s, _ in outcomes):.2f} s after it began: "
+                               f"{outcomes[-1][2].splitlines()[0][:160] or 'returned'}")
+    for rank, (abort_s, outcomes, _) in enumerate(results):
+        assert abort_s < ABORT_RETURNS_S, \
+            f"rank {rank}: _abort_process_group() took {abort_s:.2f} s (bound {ABORT_RETURNS_S:g} s)"
+        returned = [i for i, (raised, _, _) in enumerate(outcomes) if not raised]
+        assert not returned, f"rank {rank}: Works {returned} of {len(outcomes)} returned after the abort instead of failing"
+        late = [(i, seconds, error.splitlines()[0][:160]) for i, (_, seconds, error) in enumerate(outcomes)
+                if seconds >= ABORT_WAIT_S * 0.8]
+        assert not late, (f"rank {rank}: the abort did not end {len(late)} of {len(outcomes)} pending Works at once "
+                          f"(ended {ABORT_WAIT_S * 0.8:g} s or more after it began; the first: Work {late[0][0]} "
+                          f"after {late[0][1]:.2f} s: {late[0][2]})")
+    for rank, (_, _, after) in enumerate(results):
+        expect_tensor(after, total(range(world.world_size)), f"rank {rank}: the new default group after the abort")
 
 
 @pytest.mark.needs(feature="subgroups")
