@@ -84,25 +84,29 @@ GAPS = (
 )
 
 
-def _creator(variant: str):
+def _creator(planted_bug: str):
     def create(dist_options, backend_options):
-        extension = build.load(variant)
+        extension = build.load()
         return extension.create(
             dist_options.store,
             dist_options.group_rank,
             dist_options.group_size,
             dist_options.timeout.total_seconds(),
             [int(r) for r in dist_options.global_ranks_in_group],
+            planted_bug=planted_bug,
         )
     return create
 
 
-def _availability(variant: str):
+def _availability(planted_bug: str):
     def check() -> Availability:
         try:
-            build.load(variant)
+            extension = build.load()
         except build.BuildFailed as exc:
             return Availability(False, str(exc))
+        if planted_bug not in extension.PLANTED_BUGS:  # one reason here, not an error from every rank's create
+            return Availability(False, f"native: unknown planted bug {planted_bug!r}; known: "
+                                       f"{', '.join(repr(name) for name in extension.PLANTED_BUGS)}")
         return Availability(True)
     return check
 
@@ -118,15 +122,20 @@ AFTER_TIMEOUT = AfterTimeout(usable=False, error=r"^RuntimeError: native: this g
                                                  r"failure: native: .*timed out")
 
 
-def register(name: str = NAME, variant: str = "", gaps: tuple[Gap, ...] = GAPS,
+def register(name: str = NAME, planted_bug: str = "none", gaps: tuple[Gap, ...] = GAPS,
              description: str = "") -> BackendSpec:
-    """Register ``name`` as the native backend built as ``variant`` ("" is the real one); return its spec."""
+    """Register ``name`` as the native backend running with ``planted_bug`` ("none" is the real one).
+
+    The bug is one of the extension's PLANTED_BUGS (native.hpp, PlantedBug),
+    planted at run time for the whole process when a group is created; return
+    the backend's spec.
+    """
     if name.upper() not in dist.Backend._plugins:  # importing twice must not fail
-        dist.Backend.register_backend(name, _creator(variant), extended_api=True, devices=["cpu"])
+        dist.Backend.register_backend(name, _creator(planted_bug), extended_api=True, devices=["cpu"])
     return BackendSpec(
         name=name,
         device_type="cpu",
-        check_available=_availability(variant),
+        check_available=_availability(planted_bug),
         gaps=gaps,
         resource_budget=RESOURCE_BUDGET,
         after_timeout=AFTER_TIMEOUT,

@@ -37,6 +37,8 @@ void reduceTyped(char* out, const std::vector<const char*>& srcs, uint64_t count
   Acc factor{};  // PREMUL_SUM multiplies every input by it (in Acc) before summing
   if constexpr (!kInteger) factor = static_cast<Acc>(how.factor);
   const bool premul = op == RedOp::PREMUL_SUM;
+  // planted: only the first rank's input is scaled; the others are summed as they are (tested once per call)
+  const bool scaleFirstOnly = premul && planted(PlantedBug::premul_first_only);
   for (uint64_t base = 0; base < count; base += kBlock) {
     const uint64_t m = std::min(kBlock, count - base);
     const T* first = reinterpret_cast<const T*>(srcs[0]) + base;
@@ -57,12 +59,10 @@ void reduceTyped(char* out, const std::vector<const char*>& srcs, uint64_t count
           break;
         case RedOp::PREMUL_SUM:
           if constexpr (!kInteger) {
-#ifdef NATIVE_BUG_PREMUL_FIRST_ONLY
-            // planted: only the first rank's input is scaled; the others are summed as they are
-            for (uint64_t i = 0; i < m; ++i) acc[i] = acc[i] + static_cast<Acc>(s[i]);
-#else
-            for (uint64_t i = 0; i < m; ++i) acc[i] = acc[i] + static_cast<Acc>(s[i]) * factor;
-#endif
+            if (scaleFirstOnly)
+              for (uint64_t i = 0; i < m; ++i) acc[i] = acc[i] + static_cast<Acc>(s[i]);
+            else
+              for (uint64_t i = 0; i < m; ++i) acc[i] = acc[i] + static_cast<Acc>(s[i]) * factor;
             break;
           }
           TORCH_CHECK(false, "native: ReduceOp.PREMUL_SUM on an integer tensor");
@@ -234,11 +234,9 @@ std::string dtypeName(int32_t dtype) {
 
 Reduction makeReduction(const c10d::ReduceOp& reduceOp, at::ScalarType dtype, int groupSize) {
   const RedOp op = reduceOp.op_;
-#ifdef NATIVE_BUG_COMPLEX_AS_REAL
   // planted: complex tensors are reduced as their real view (twice the floats), whatever the op:
   // right for SUM and AVG, wrong for PRODUCT, and MIN/MAX compare the parts instead of refusing
-  if (at::isComplexType(dtype)) dtype = c10::toRealValueType(dtype);
-#endif
+  if (planted(PlantedBug::complex_as_real) && at::isComplexType(dtype)) dtype = c10::toRealValueType(dtype);
   const std::string name = dtypeName(static_cast<int32_t>(dtype));
   const bool floating = isFloating(dtype), complex = at::isComplexType(dtype);
   const bool bitwise = op == RedOp::BAND || op == RedOp::BOR || op == RedOp::BXOR;
@@ -352,18 +350,12 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::submit(OpCode op, c10d::OpType typ
           std::runtime_error("native: this group is unusable after an earlier failure: " + brokenWhy_)));
       return;
     }
-#ifdef NATIVE_BUG_EARLY_COMPLETION
     // planted: the Work (and its future) completes before the data has landed
-    work->complete();
-#endif
+    if (planted(PlantedBug::early_completion)) work->complete();
     running_ = limit;
     if (work->timed) work->markStarted();
-#ifdef NATIVE_BUG_NO_TIMEOUT
     // planted: the deadline is never enforced; a missing peer blocks forever
-    const auto deadline = Clock::time_point::max();
-#else
-    const auto deadline = Clock::now() + limit;
-#endif
+    const auto deadline = planted(PlantedBug::no_timeout) ? Clock::time_point::max() : Clock::now() + limit;
     try {
       job(fp, deadline);
       work->complete();
@@ -557,6 +549,7 @@ void NativeBackend::runAllreduce(const at::Tensor& buf, const Reduction& how, co
   };
   const uint64_t chunks = (portion(0) + chunk - 1) / chunk;  // portion 0 is the largest
   std::vector<const char*> srcs(n);
+  const bool skipLastRank = planted(PlantedBug::skip_last_rank);
   for (uint64_t k = 0; k <= chunks; ++k) {
     const uint64_t r = beginRound(deadline, fp);
     BufferHeader* h = segment_->bufferHeader(me, r);
@@ -583,9 +576,7 @@ void NativeBackend::runAllreduce(const at::Tensor& buf, const Reduction& how, co
         srcs[i] = i == me ? data + offset[me] + k * chunk
                           : segment_->bufferData(i, r) + segment_->bufferHeader(i, r)->offset[me];
       std::vector<const char*> from(srcs);
-#ifdef NATIVE_BUG_SKIP_LAST_RANK
-      from.pop_back();  // planted: the last rank's contribution is left out of every reduction
-#endif
+      if (skipLastRank) from.pop_back();  // planted: the last rank's contribution is left out of every reduction
       reduceInto(data + offset[me] + k * chunk, from, piece(me, k) / es, how);
     }
     if (k > 0)  // the peers' reduced chunk k - 1 lands in their portions of my tensor

@@ -19,8 +19,11 @@
 //   register.cpp     construction/destruction (and shrinking) of a group and the
 //                    Python module.
 //
-// Seeded bugs (tests/seeded/native_*.py) are compile-time defines
-// (NATIVE_BUG_*), each built as its own variant of the extension.
+// Seeded bugs (tests/seeded/native_*.py) are planted at run time: one build
+// holds them all, and create(..., planted_bug=name) picks one (PlantedBug
+// below) for the whole process. Every site tests plantedBug() once per call,
+// never per element, so the clean backend pays one relaxed load per
+// collective (CI compiled the extension once per bug before: 8 builds).
 #pragma once
 
 // Only ATen and c10d here: torch/extension.h (autograd, nn, pybind) is for
@@ -61,6 +64,28 @@ constexpr uint64_t kSlotBytes = 8ull << 20;
 constexpr uint64_t kRoundBytes = 256ull << 10;
 // Bytes of the byte ring of one (sender, receiver) pair.
 constexpr uint64_t kRingBytes = 1ull << 20;
+
+// ------------------------------------------------------------- planted bugs
+// A bug planted on purpose for the seeded-bug gallery (tests/seeded/native_*.py
+// says what each does and which clause catches it); none is the real backend.
+enum class PlantedBug : int {
+  none,
+  skip_last_rank,     // reductions leave out the last rank (segment.cpp, collectives.cpp)
+  early_completion,   // a Work completes before its data has landed (collectives.cpp)
+  no_timeout,         // the group's deadline never fires (collectives.cpp)
+  any_source_rank0,   // a receive from any source reports rank 0 (p2p.cpp)
+  premul_first_only,  // PREMUL_SUM scales only the first rank's input (collectives.cpp)
+  complex_as_real,    // complex tensors are reduced as their real view, whatever the op (collectives.cpp)
+  abort_waits,        // abort() leaves a collective waiting until its deadline (segment.cpp)
+};
+
+// Process-wide, not per group: the reduction kernels and makeReduction have no
+// group at hand, and a process runs one backend's groups (a seeded run names
+// one backend). Each group's creation sets it (register.cpp, create), so the
+// last group created decides for every group of the process.
+inline std::atomic<PlantedBug> gPlantedBug{PlantedBug::none};
+
+inline bool planted(PlantedBug bug) { return gPlantedBug.load(std::memory_order_relaxed) == bug; }
 
 // ------------------------------------------------------------ segment + sync
 // What a rank says about the collective whose first round it publishes: every

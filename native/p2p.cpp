@@ -208,10 +208,8 @@ void NativeBackend::finishRecv(const std::shared_ptr<PostedRecv>& recv, const ch
     recv->work->fail(std::current_exception());
     return;
   }
-#ifdef NATIVE_BUG_ANY_SOURCE_RANK0
   // planted: a receive from any source reports rank 0 as the sender
-  src = recv->src < 0 ? 0 : src;
-#endif
+  if (planted(PlantedBug::any_source_rank0) && recv->src < 0) src = 0;
   recv->work->complete(src);
 }
 

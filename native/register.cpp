@@ -95,23 +95,21 @@ c10::intrusive_ptr<c10d::Backend::Options> NativeBackend::getBackendOptions() {
 }  // namespace native
 
 namespace {
-const char* seededBug() {
-#if defined(NATIVE_BUG_SKIP_LAST_RANK)
-  return "skip_last_rank";
-#elif defined(NATIVE_BUG_EARLY_COMPLETION)
-  return "early_completion";
-#elif defined(NATIVE_BUG_NO_TIMEOUT)
-  return "no_timeout";
-#elif defined(NATIVE_BUG_ANY_SOURCE_RANK0)
-  return "any_source_rank0";
-#elif defined(NATIVE_BUG_PREMUL_FIRST_ONLY)
-  return "premul_first_only";
-#elif defined(NATIVE_BUG_COMPLEX_AS_REAL)
-  return "complex_as_real";
-#else
-  return "";
-#endif
+// The names create(planted_bug=...) takes, in PlantedBug's order (native.hpp).
+constexpr const char* kPlantedBugNames[] = {"none", "skip_last_rank", "early_completion", "no_timeout",
+                                             "any_source_rank0", "premul_first_only", "complex_as_real",
+                                             "abort_waits"};
+
+native::PlantedBug plantedBugNamed(const std::string& name) {
+  std::string known;
+  for (size_t i = 0; i < std::size(kPlantedBugNames); ++i) {
+    if (name == kPlantedBugNames[i]) return static_cast<native::PlantedBug>(i);
+    known += std::string(i ? ", " : "") + "'" + kPlantedBugNames[i] + "'";
+  }
+  throw py::value_error("native: unknown planted bug '" + name + "'; known: " + known);
 }
+static_assert(std::size(kPlantedBugNames) == static_cast<size_t>(native::PlantedBug::abort_waits) + 1,
+              "a name for each PlantedBug");
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -119,12 +117,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "create",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeoutSeconds,
-         std::vector<int64_t> globalRanks) -> c10::intrusive_ptr<c10d::Backend> {
+         std::vector<int64_t> globalRanks, const std::string& plantedBug) -> c10::intrusive_ptr<c10d::Backend> {
+        native::gPlantedBug.store(plantedBugNamed(plantedBug));  // before the group exists: it runs with it
         return c10::make_intrusive<native::NativeBackend>(
             store, rank, size, native::Ms(static_cast<int64_t>(timeoutSeconds * 1000)), std::move(globalRanks));
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"), py::arg("global_ranks"),
-      py::call_guard<py::gil_scoped_release>());
-  m.attr("SEEDED_BUG") = seededBug();
+      py::arg("planted_bug") = "none", py::call_guard<py::gil_scoped_release>());
+  // the seeded bugs this build can plant (create's planted_bug), and the one this process runs with
+  py::list names;
+  for (const char* name : kPlantedBugNames) names.append(name);
+  m.attr("PLANTED_BUGS") = py::tuple(names);
+  m.def("planted_bug", [] { return std::string(kPlantedBugNames[static_cast<int>(native::gPlantedBug.load())]); });
   m.attr("MAX_RANKS") = native::kMaxRanks;
 }

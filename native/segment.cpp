@@ -301,8 +301,8 @@ std::vector<int> NativeBackend::deadAmong(const std::vector<int>& ranks) {
 
 // An aborted group ends the collective now, not at its deadline; so does a dead peer.
 void NativeBackend::checkAbortedOrDead(const Fingerprint& fp) {
-#ifndef NATIVE_BUG_ABORT_WAITS  // planted: an abort leaves the collective waiting until its deadline
-  if (aborted_.load()) {
+  // planted: an abort leaves the collective waiting until its deadline
+  if (aborted_.load() && !planted(PlantedBug::abort_waits)) {
     std::ostringstream msg;
     msg << "native: " << opName(fp.op) << " (collective #" << fp.seq << ") aborted on rank " << getRank()
         << ": the group was aborted";
@@ -310,7 +310,6 @@ void NativeBackend::checkAbortedOrDead(const Fingerprint& fp) {
     brokenWhy_ = msg.str();
     TORCH_CHECK(false, brokenWhy_);
   }
-#endif
   checkPeersAlive(peers_, fp);
 }
 
@@ -446,6 +445,7 @@ void NativeBackend::exchange(const Exchange& x, const Fingerprint& fp, Clock::ti
   const uint64_t chunk = chunkBytes(streams);
   uint64_t rounds = 1;
   std::vector<const char*> srcs(n);
+  const bool skipLastRank = x.reduce && planted(PlantedBug::skip_last_rank);
   for (uint64_t k = 0; k < rounds; ++k) {
     const uint64_t r = beginRound(deadline, fp);
     const uint64_t lo = k * chunk;
@@ -495,10 +495,7 @@ void NativeBackend::exchange(const Exchange& x, const Fingerprint& fp, Clock::ti
         for (int i = 0; i < n; ++i)
           srcs[i] = i == me ? x.sendPtr[me] + lo
                             : segment_->bufferData(i, r) + segment_->bufferHeader(i, r)->offset[me];
-#ifdef NATIVE_BUG_SKIP_LAST_RANK
-        // planted: the last rank's contribution is left out of every reduction
-        srcs.pop_back();
-#endif
+        if (skipLastRank) srcs.pop_back();  // planted: the last rank's contribution is left out of every reduction
         reduceInto(x.reduceOut + lo, srcs, len / c10::elementSize(x.how.dtype), x.how);
       }
     } else {

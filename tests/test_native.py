@@ -9,7 +9,10 @@
   seconds (the group timeout is a minute), naming the dead rank; the
   survivors can still destroy the group, and nothing is left in /dev/shm.
 * Build: a compiler error becomes one line naming the first error, reported
-  as the backend's unavailability, and is not retried per case.
+  as the backend's unavailability, and is not retried per case. One build
+  serves the real backend and every seeded bug: the bug is planted at run
+  time (create's planted_bug), and an unknown name is refused naming the
+  known ones.
 
 The life-cycle test builds the extension if this checkout never did (once,
 a few minutes on a small machine; native/build.py).
@@ -255,10 +258,11 @@ def test_failed_build_is_one_line_reason_reported_once(tmp_path, monkeypatch):
         raise RuntimeError(COMPILER_OUTPUT)
 
     monkeypatch.setattr(build, "BUILD_ROOT", tmp_path)
-    monkeypatch.setattr(build, "_LOADED", {})
-    monkeypatch.setattr(build, "_FAILED", {})
+    monkeypatch.setattr(build, "_loaded", None)
+    monkeypatch.setattr(build, "_failed", None)
     monkeypatch.setattr(cpp_extension, "load", failing_load)
     spec = native.register("native_broken_build", "skip_last_rank")
+    clean = native.register("native_broken_build_clean")
     first = spec.availability()
     second = spec.availability()
     assert not first.available
@@ -266,20 +270,56 @@ def test_failed_build_is_one_line_reason_reported_once(tmp_path, monkeypatch):
                             "in this scope; did you mean 'round'?")
     assert "\n" not in first.reason
     assert second == first
-    assert calls == ["distconform_native_skip_last_rank"], "a failed build must be remembered, not retried per case"
+    assert clean.availability() == first, "the clean backend and the planted bugs share one build"
+    assert calls == ["distconform_native"], "a failed build must be remembered, not retried per case"
 
 
-def test_build_folder_is_keyed_by_torch_version_variant_and_sources():
-    """Each variant and each torch version gets its own folder; the folder is git-ignored."""
+def test_one_build_folder_keyed_by_torch_version_and_sources(tmp_path, monkeypatch):
+    """One folder for the clean backend and every planted bug; a new torch or an edited source gets a new one."""
+    import shutil
+
     import torch
 
     from native import build
 
-    clean, bug = build.build_dir(""), build.build_dir("skip_last_rank")
-    assert clean != bug
-    assert clean.name.startswith(f"torch{torch.__version__}-clean-")
-    assert bug.name.startswith(f"torch{torch.__version__}-skip_last_rank-")
-    ignored = subprocess.run(["git", "check-ignore", "-q", str(clean)], cwd=REPO_ROOT)
-    assert ignored.returncode == 0, f"{clean} is not git-ignored"
-    with pytest.raises(ValueError, match="unknown native variant"):
-        build.build_dir("no_such_bug")
+    folder = build.build_dir()
+    assert folder.parent == build.BUILD_ROOT
+    assert folder.name.startswith(f"torch{torch.__version__}-")
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(folder)], cwd=REPO_ROOT)
+    assert ignored.returncode == 0, f"{folder} is not git-ignored"
+    for name in build.SOURCES + build.HEADERS:
+        shutil.copy(build.HERE / name, tmp_path / name)
+    monkeypatch.setattr(build, "HERE", tmp_path)
+    assert build.build_dir() == folder, "the key is the sources' content, not where they are"
+    with open(tmp_path / "p2p.cpp", "a") as fh:
+        fh.write("// edited\n")
+    assert build.build_dir() != folder, "an edited source must get a fresh build"
+
+
+def test_planted_bug_is_chosen_at_run_time_and_unknown_names_are_refused():
+    """create(planted_bug=...) plants a known bug for the process; an unknown name fails naming the known ones."""
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    import native
+
+    _built()
+    extension = native.build.load()
+    assert extension.PLANTED_BUGS[0] == "none"
+    seeded = {name[len("native_"):-len(".py")] for name in os.listdir(os.path.join(REPO_ROOT, "tests", "seeded"))
+              if name.startswith("native_") and name.endswith(".py") and name != "native_base.py"}
+    assert seeded == set(extension.PLANTED_BUGS[1:]), \
+        "every planted bug has its seeded module (tests/seeded/native_<bug>.py) and nothing else is planted"
+    known = ", ".join(repr(name) for name in extension.PLANTED_BUGS)
+    with pytest.raises(ValueError, match=f"^native: unknown planted bug 'no_such_bug'; known: {known}$"):
+        extension.create(dist.HashStore(), 0, 1, 5.0, [0], planted_bug="no_such_bug")
+    refused = native.register("native_no_such_bug", "no_such_bug").availability()
+    assert not refused.available
+    assert refused.reason == f"native: unknown planted bug 'no_such_bug'; known: {known}"
+    try:
+        group = extension.create(dist.HashStore(), 0, 1, 5.0, [0], planted_bug="premul_first_only")
+        assert extension.planted_bug() == "premul_first_only"
+        del group
+    finally:
+        extension.create(dist.HashStore(), 0, 1, 5.0, [0])  # back to the real backend for this process
+    assert extension.planted_bug() == "none"

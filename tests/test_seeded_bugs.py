@@ -175,7 +175,8 @@ def shares_a_run(tree: ast.Module) -> bool:
     a reducer): its top level holds only imports (of torch, the project, the
     two sharable bases), classes, functions, constants, and
     ``DISTCONFORM_SPEC = register(...)`` / ``register_reference(...)``.
-    Native variants load a shared library each and never share.
+    Native bugs never share: the bug planted in the native extension is one
+    setting for the whole process (native.hpp, PlantedBug).
     """
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

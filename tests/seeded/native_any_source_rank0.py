@@ -1,15 +1,15 @@
 """Seeded bug in the native backend: recv from any source reports rank 0 as the sender.
 
-The receive path (native/p2p.cpp, ``NATIVE_BUG_ANY_SOURCE_RANK0``) completes a
+The receive path (native/p2p.cpp, planted bug ``any_source_rank0``) completes a
 wildcard receive with source rank 0 whoever sent the message, so
 ``dist.recv(t)`` returns the wrong rank. Caught by the any-source clause
 (suites/p2p/test_send_recv.py::test_recv_any_source_reports_sender).
 """
 
-from tests.seeded.native_base import register_native_variant
+from tests.seeded.native_base import register_native_bug
 
 CONTRACT = "recv without src returns the rank that sent the message"
 SUITE = "suites/p2p/test_send_recv.py"
 
-DISTCONFORM_SPEC = register_native_variant("native_any_source_rank0", "any_source_rank0",
-                                           "any-source receives report rank 0")
+DISTCONFORM_SPEC = register_native_bug("native_any_source_rank0", "any_source_rank0",
+                                       "any-source receives report rank 0")

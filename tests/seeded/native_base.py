@@ -1,23 +1,19 @@
-"""Registering a seeded-bug variant of the native (C++) backend.
+"""Registering the native (C++) backend with a seeded bug planted.
 
-Each variant is the native extension compiled with one ``NATIVE_BUG_*``
-define (native/build.py VARIANTS), in its own build folder. Importing a bug
-module builds its variant right away, in the process that imports it (the
-gallery's pytest process), so the timed subprocess run only loads it; a
-variant that does not compile leaves the backend unavailable with the
-compiler's first error as the reason.
+The native extension is built once and holds every planted bug (native.hpp,
+PlantedBug); a bug module registers the backend under its own name with one
+of them, which ``create(..., planted_bug=...)`` plants at run time for the
+rank process when its group is made. The gallery's runs share the one build
+(native/build.py, the pytest controller's availability check builds it if
+this checkout never did), and a build that fails leaves the backend
+unavailable with the compiler's first error as the reason.
 """
 
 from __future__ import annotations
 
 import native
-from native import build
 
 
-def register_native_variant(name: str, variant: str, summary: str):
-    """Register the native extension built as ``variant`` under backend ``name``; return its spec."""
-    try:
-        build.load(variant)
-    except build.BuildFailed:
-        pass  # the spec's availability reports it
-    return native.register(name, variant, description=f"native with a seeded bug: {summary}")
+def register_native_bug(name: str, planted_bug: str, summary: str):
+    """Register the native backend with ``planted_bug`` under backend ``name``; return its spec."""
+    return native.register(name, planted_bug, description=f"native with a seeded bug: {summary}")

@@ -1,6 +1,6 @@
 """Seeded bug in the native backend: complex tensors are reduced as their real view, whatever the op.
 
-``makeReduction`` (native/collectives.cpp, ``NATIVE_BUG_COMPLEX_AS_REAL``)
+``makeReduction`` (native/collectives.cpp, planted bug ``complex_as_real``)
 swaps a complex dtype for its real one, so the kernel reduces twice as many
 floats: what torch's dist.all_reduce does for SUM and AVG (where it is right),
 done for every op. PRODUCT multiplies real and imaginary parts separately and
@@ -9,11 +9,11 @@ torch hands the backend as complex tensors, show it. Caught by
 suites/c10d/test_dtypes.py::test_complex_reduce_and_reduce_scatter.
 """
 
-from tests.seeded.native_base import register_native_variant
+from tests.seeded.native_base import register_native_bug
 
 CONTRACT = "reduce and reduce_scatter_tensor of complex tensors: SUM exact, PRODUCT complex or refused, MAX refused"
 SUITE = "suites/c10d/test_dtypes.py"
 EXTRA_ARGS = ("-k", "complex_reduce_and_reduce_scatter")
 
-DISTCONFORM_SPEC = register_native_variant("native_complex_as_real", "complex_as_real",
-                                           "complex tensors reduced as their real view")
+DISTCONFORM_SPEC = register_native_bug("native_complex_as_real", "complex_as_real",
+                                       "complex tensors reduced as their real view")

@@ -1,6 +1,6 @@
 """Seeded bug in the native backend: a collective's Work completes before its data has landed.
 
-The worker thread (native/collectives.cpp, ``NATIVE_BUG_EARLY_COMPLETION``)
+The worker thread (native/collectives.cpp, planted bug ``early_completion``)
 marks the Work and its future complete when it *starts* a collective, so
 ``wait()`` on an async collective returns while the result is still being
 written (a blocking call runs in the caller's thread and is unaffected).
@@ -11,10 +11,10 @@ async all_reduce clause in test_all_reduce.py catches it only when the worker
 thread wins the race with wait(), which runs a still-queued job itself.)
 """
 
-from tests.seeded.native_base import register_native_variant
+from tests.seeded.native_base import register_native_bug
 
 CONTRACT = "the future completes only after the data has landed"
 SUITE = "suites/c10d/test_work.py"
 
-DISTCONFORM_SPEC = register_native_variant("native_early_completion", "early_completion",
-                                           "Works complete before the copy-out")
+DISTCONFORM_SPEC = register_native_bug("native_early_completion", "early_completion",
+                                       "Works complete before the copy-out")
