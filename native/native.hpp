@@ -19,11 +19,11 @@
 //   register.cpp     construction/destruction (and shrinking) of a group and the
 //                    Python module.
 //
-// Seeded bugs (tests/seeded/native_*.py) are planted at run time: one build
-// holds them all, and create(..., planted_bug=name) picks one (PlantedBug
-// below) for the whole process. Every site tests plantedBug() once per call,
-// never per element, so the clean backend pays one relaxed load per
-// collective (CI compiled the extension once per bug before: 8 builds).
+// Seeded bugs (tests/seeded/native_*.py) are planted at run time, so one
+// build (the slow part of a fresh checkout's first run) serves the real
+// backend and every bug: create(..., planted_bug=name) picks one (PlantedBug
+// below) for the whole process. Each site asks planted(bug) once per call,
+// never per element: the real backend pays a relaxed load per collective.
 #pragma once
 
 // Only ATen and c10d here: torch/extension.h (autograd, nn, pybind) is for
