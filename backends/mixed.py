@@ -101,10 +101,28 @@ def given_string(name: str) -> str:
 
 
 # What torch's Python layer does differently when the group's backend is a qualified string, for every
-# backend serving a device of one (measured on torch 2.13 with cpu:gloo).
+# backend serving a device of one (measured on torch 2.13 with cpu:gloo at ws2: c10d and p2p).
 QUALIFIED_GAPS: tuple[Gap, ...] = (
-    MONITORED_BARRIER_GLOO_ONLY,
+    MONITORED_BARRIER_GLOO_ONLY,  # dist.get_backend() is the string, never 'gloo'
 )
+# torch 2.13's _new_process_group_helper sets a qualified group's default backend type to NCCL if the string
+# names it, else, as soon as any plugin is registered (the harness always registers the reference), to CUSTOM
+# only if the string names the first registered plugin, else never (``_sets_default_backend``). Measured:
+# cpu:gloo fails so, cpu:reference (the first plugin) counts its collectives.
+UNDEFINED_DEFAULT_BACKEND = Gap(
+    {"feature": "work_sequence_number"},
+    "with a device-qualified backend string torch 2.13 leaves the group's default backend type UNDEFINED when the "
+    "string names neither NCCL nor the first registered plugin (its gloo fallback is skipped once any plugin is "
+    "registered): _get_sequence_number_for_group fails with 'RuntimeError: ProcessGroup undefined does not yet "
+    "support sequence numbers.' (cpu:gloo, torch 2.13)")
+
+
+def _sets_default_backend(backends: list[str]) -> bool:
+    """Whether torch gives a group created with a qualified string naming ``backends`` a default backend type."""
+    import torch.distributed as dist
+
+    plugins = [name.lower() for name in getattr(dist.Backend, "_plugins", {})]
+    return "nccl" in backends or not plugins or plugins[0] in backends
 
 
 def device_spec(name: str, lookup: Callable[[str], BackendSpec]) -> BackendSpec:
@@ -127,8 +145,10 @@ def device_spec(name: str, lookup: Callable[[str], BackendSpec]) -> BackendSpec:
     description = f"{serving_part} of {given!r}: {serving.description}; the world is initialised with {init!r}"
     if dropped:
         description += f", without {', '.join(dropped)}"
+    named = [specs[p].init_backend.lower() for p in runnable]
+    gaps = QUALIFIED_GAPS + (() if _sets_default_backend(named) else (UNDEFINED_DEFAULT_BACKEND,))
     return replace(serving, name=name, device_type=device, torch_backend=init, rank_env=rank_env,
-                   gaps=QUALIFIED_GAPS + tuple(serving.gaps), description=description,
+                   gaps=gaps + tuple(serving.gaps), description=description,
                    check_available=_availability_of(serving_part, serving))
 
 
