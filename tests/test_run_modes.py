@@ -164,3 +164,21 @@ def test_a_run_names_mixed_worlds_and_levels_not_in_effect(tmp_path):
     assert "- reference ws2 DETAIL: DETAIL not in effect" in summary
     assert f"| {MIXED}@cpu · debug DETAIL | c10d | 1 |" in summary
     assert "| reference · debug DETAIL (not in effect) | c10d | 1 |" in summary
+
+
+def test_a_qualified_detail_world_is_resynchronised_after_partial_p2p(monkeypatch):
+    """cpu:gloo's group has no default backend to give a sequence number (UNDEFINED_DEFAULT_BACKEND), so the
+    harness asks the backend serving the rank's device; without that the next case's all_reduce failed with
+    'Detected mismatch between collectives on ranks' (observed at ws3 under DETAIL)."""
+    from fixtures.debug_level import resync_after_case, sequence_number
+    from tests.harness_cases import debug_fns
+
+    monkeypatch.delenv("TORCH_DISTRIBUTED_DEBUG", raising=False)
+    world = World(BackendRegistry().get("cpu:gloo"), 3, ("cpu",) * 3, debug_level="DETAIL").start()
+    try:
+        world.run(debug_fns.send_rank0_to_rank1)
+        assert world.run(sequence_number) == [1, 1, 0]
+        resync_after_case(world)
+        assert world.run(debug_fns.all_reduce_ranks) == [6.0] * 3
+    finally:
+        world.close()
