@@ -11,7 +11,8 @@ still runs as a strict xfail so the report shows the backend's real error.
 
 from __future__ import annotations
 
-from .spec import (LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR, AfterTimeout,
+from .spec import (LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR,
+                   SPLIT_NEEDS_EAGER_INIT, AfterTimeout,
                    Availability, BackendSpec, Gap, ResourceBudget)
 
 
@@ -298,6 +299,7 @@ NCCL_GAPS = (
     Gap({"feature": "recv_any_source"}, "NCCL cannot receive from any source (ProcessGroupNCCL has no recvAnysource)"),
     MONITORED_BARRIER_GLOO_ONLY,
     LOCAL_SYNC_DESYNCS_GROUP_NAMES,
+    SPLIT_NEEDS_EAGER_INIT,  # --init lazy (the default) gives no device_id (fixtures/devices.py)
     Gap({"dtype": ("int16", "uint16", "uint32", "uint64"),
          "collective": tuple(c for c in NCCL_ALL_COLLECTIVES if c != "scatter")},
         "ProcessGroupNCCL maps no NCCL type to int16, uint16, uint32 or uint64: 'TypeError: Input tensor data type "

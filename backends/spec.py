@@ -385,6 +385,15 @@ SPLIT_NEEDS_ACCELERATOR = Gap(
     "split_group needs a default group bound to an accelerator device: on CPU torch 2.13 refuses before asking "
     "the backend ('RuntimeError: No device associated with the default pg, not safe to split any process "
     "groups'; it splits NCCL/XCCL groups only, or gloo under torchcomms)")
+# The ranks' --init mode as gaps see it (env=): set by the harness in every rank (fixtures/pytest_plugin.py
+# Target.rank_env, fixtures/world.py), "lazy" or "eager" (fixtures/devices.py INIT_MODES).
+INIT_ENV = "DISTCONFORM_INIT"
+SPLIT_NEEDS_EAGER_INIT = Gap(
+    {"feature": "splitting"},
+    "split_group needs the default group bound to a device, which only an eager init gives (init_process_group("
+    "device_id=...), --init eager): under lazy init torch 2.13 refuses before asking the backend ('RuntimeError: No "
+    "device associated with the default pg, not safe to split any process groups')",
+    env={INIT_ENV: "lazy"})
 
 LOCAL_SYNC_DESYNCS_GROUP_NAMES = Gap(
     {"clause": "test_new_group_local_synchronization"},

@@ -182,3 +182,12 @@ def test_a_qualified_detail_world_is_resynchronised_after_partial_p2p(monkeypatc
         assert world.run(debug_fns.all_reduce_ranks) == [6.0] * 3
     finally:
         world.close()
+
+
+def test_nccl_splits_under_eager_init_only():
+    """torch refuses split_group without a device bound by init_process_group(device_id=...): a lazy world's gap,
+    held only where the ranks' DISTCONFORM_INIT says lazy (Target.rank_env)."""
+    nccl = BUILTIN_SPECS["nccl"]
+    assert "No device associated with the default pg" in nccl.gap_for(env=Target("nccl", 2).rank_env,
+                                                                        feature="splitting").reason
+    assert nccl.gap_for(env=Target("nccl", 2, init="eager").rank_env, feature="splitting") is None
