@@ -191,3 +191,16 @@ def test_nccl_splits_under_eager_init_only():
     assert "No device associated with the default pg" in nccl.gap_for(env=Target("nccl", 2).rank_env,
                                                                         feature="splitting").reason
     assert nccl.gap_for(env=Target("nccl", 2, init="eager").rank_env, feature="splitting") is None
+
+
+def test_init_modes_are_an_axis_of_the_parallel_clauses_and_eager_needs_an_accelerator(tmp_path):
+    """DeviceMesh clauses get a case per --init mode; a CPU run asking eager only stops with torch's reason."""
+    run = run_pytest(["suites/parallel/test_dtensor.py", "-k", "test_device_mesh_dims", "--collect-only", "-q",
+                      "--init", "lazy,eager", "--allow-unavailable", "--world-size", "2", "-n", "0"], tmp_path / "both")
+    assert run.returncode == 0, run.output
+    ids = {line.split("[")[1].split("-ws2")[0] + ("-eager" if "-eager" in line else "")
+           for line in run.output.splitlines() if "::test_device_mesh_dims[" in line}
+    assert ids == {"gloo", "gloo-eager"}
+    run = run_pytest(["suites/parallel/test_dtensor.py", "--collect-only", "-q", "--init", "eager",
+                      "--world-size", "2", "-n", "0"], tmp_path / "eager")
+    assert run.returncode == 4 and "torch refuses init_process_group(device_id=cpu)" in run.output, run.output
