@@ -367,6 +367,11 @@ GLOO_CUDA_GAPS = (
         "tensor its TCP transport writes the device pointer and the rank aborts: 'gloo::IoException: "
         "[gloo/transport/tcp/pair.cc:339] writev [127.0.0.1]:19844: Bad address' (the peer then sees 'Connection "
         "closed by peer'; torch 2.11)", outcome="skip", consequence="kills_rank"),
+    Gap({"feature": "subgroups"},
+        "under --init eager torch 2.11's new_group asks a non-member's parent backend to take part in a split: "
+        "'AttributeError: 'torch._C._distributed_c10d.ProcessGroupGloo' object has no attribute "
+        "'perform_nocolor_split'' (the default group is bound to a device and ProcessGroupGloo advertises "
+        "supports_splitting; torch 2.11, H200)", env={"DISTCONFORM_INIT": "eager"}, torch="<2.12"),
     Gap({"feature": "coalescing", "collective": "all_reduce"},
         "gloo has no CUDA all_reduce_coalesced: 'RuntimeError: ProcessGroupGloo::allreduce_coalesced: unsupported "
         "device type cuda' (all_reduce_coalesced and _coalescing_manager's all_reduce; torch 2.11)"),
