@@ -75,10 +75,18 @@ GLOO_GAPS: tuple[Gap, ...] = (
         "'enforce fail ... state_ >= CONNECTED' (torch 2.13)",
     ),
     Gap(
-        {"layout": "non_contiguous", "collective": ("all_reduce", "reduce", "broadcast", "scatter", "reduce_scatter")},
-        "gloo treats a strided (non-contiguous) view as if it were contiguous: all_reduce, reduce, broadcast, "
-        "scatter and reduce_scatter read/write the first numel() elements of the underlying storage "
-        "instead of the view's elements (observed on torch 2.13; all_gather and gather are correct)",
+        {"layout": "non_contiguous", "collective": ("all_reduce", "reduce", "broadcast", "reduce_scatter")},
+        "gloo treats a strided (non-contiguous) view as if it were contiguous: all_reduce, reduce, broadcast "
+        "and reduce_scatter read/write the first numel() elements of the underlying storage "
+        "instead of the view's elements (observed on torch 2.13; all_gather and gather are correct; a world of "
+        "one copies the view correctly)",
+        min_world_size=2,
+    ),
+    Gap(
+        {"layout": "non_contiguous", "collective": "scatter"},
+        "gloo's scatter into a strided (non-contiguous) view writes the first numel() elements of its storage "
+        "instead of the view's, at every world size: 'scatter from 0 on rank 0: 6 of 12 elements wrong; first at "
+        "flat index 6: got 0.0, expected 6.0' (world size 1, torch 2.13)",
     ),
     Gap(
         {"layout": "non_contiguous", "collective": "all_to_all", "form": "single"},
@@ -90,7 +98,9 @@ GLOO_GAPS: tuple[Gap, ...] = (
     Gap(
         {"collective": "all_to_all", "form": "list", "split": "uneven"},
         "gloo's list-form alltoall requires every tensor to have the same size: "
-        "'ProcessGroupGloo::alltoall: invalid tensor size' (use all_to_all_single with split sizes)",
+        "'ProcessGroupGloo::alltoall: invalid tensor size' (use all_to_all_single with split sizes; a world of "
+        "one has a single tensor and passes)",
+        min_world_size=2,
     ),
     Gap(
         {"bad_input": ("all_reduce_mismatched_shapes", "all_reduce_mismatched_dtypes")},
@@ -173,7 +183,8 @@ GLOO_GAPS += (
         {"feature": "work_sequence_number", "collective": "reduce_scatter"},
         "gloo's list-form reduce_scatter advances the group's sequence number by the world size, not by one "
         "(observed on torch 2.13: 3 -> 5 at world size 2, 3 -> 6 at world size 3), so sequence numbers no longer "
-        "count collectives after one",
+        "count collectives after one (at world size 1, +1 is right)",
+        min_world_size=2,
     ),
     SPLIT_NEEDS_ACCELERATOR,
     Gap(
@@ -263,7 +274,8 @@ GLOO_GAPS += (
         "client that read holds the client, so the other thread cannot publish its own address (observed on "
         "torch 2.13, ws2 and ws3: 'DistStoreError: wait timeout after 2000ms, keys: ...//cpu//0/1'; with a "
         "store client per thread, store.clone(), both groups are made at once; the reference backend makes them "
-        "over one client)",
+        "over one client; a world of one waits for no peer)",
+        min_world_size=2,
     ),
 )
 
@@ -311,8 +323,10 @@ NCCL_GAPS = (
         "scattered exactly; torch 2.11, H200, world size 1)", torch="<2.12"),
     Gap({"dtype": "int8", "collective": "all_reduce"},
         "NCCL's all_reduce of int8 fails for every op: 'DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3780, "
-        "invalid argument', NCCL 2.28.9 (int8 moves exactly in every data-moving collective; torch 2.11, H200)",
-        torch="<2.12"),
+        "invalid argument', NCCL 2.28.9, and leaves the process's NCCL broken: every later collective of the world "
+        "failed the same way (DDP's construction, a plain float all_reduce; the same clauses passed in a world that "
+        "never ran it) (int8 moves exactly in every data-moving collective; torch 2.11, H200)",
+        torch="<2.12", consequence="breaks_backend"),
     Gap({"dtype": ("complex64", "complex128"), "op": ("max", "min"), "collective": "reduce_scatter"},
         "NCCL's reduce_scatter of complex tensors with MAX returns instead of raising ('reduce_scatter_tensor MAX of "
         "complex tensors returned instead of raising'; all_reduce and reduce raise as torch's supports_complex "
@@ -328,9 +342,9 @@ NCCL_GAPS = (
     Gap({"feature": "sparse"},
         "NCCL has no sparse all_reduce: 'RuntimeError: NCCL does not support all_reduce with sparse tensors. Please "
         "use dense tensors instead.'"),
-    Gap({"layout": "non_contiguous"},
+    Gap({"layout": "non_contiguous", "collective": tuple(c for c in NCCL_ALL_COLLECTIVES if c != "scatter")},
         "ProcessGroupNCCL takes contiguous tensors only: a strided view fails with 'ValueError: Tensors must be "
-        "contiguous' (c10d does not copy it for the backend)"),
+        "contiguous' (c10d does not copy it for the backend; scatter into a strided view is exact)"),
     Gap({"clause": "test_all_gather_coalesced"},
         "ProcessGroupNCCL has no list-form all_gather_coalesced: 'NotImplementedError: ProcessGroupNCCL does not "
         "support allgather_coalesced' (all_gather_into_tensor inside _coalescing_manager works)"),
@@ -344,6 +358,9 @@ NCCL_GAPS = (
         "'ValueError: ProcessGroupNCCL OnCompletion hook requires recording start and end events which require "
         "setting TORCH_NCCL_ENABLE_TIMING environment variable.' (torch 2.11)",
         unless_env={"TORCH_NCCL_ENABLE_TIMING": "1"}),
+    Gap({"feature": "pending_works"},
+        "ProcessGroupNCCL's _wait_for_pending_works returns before the Works complete: 'after _wait_for_pending_works "
+        "the Works' is_completed() are [True, False, False]' (torch 2.11, H200, world size 1)", torch="<2.12"),
     Gap({"feature": "suspend_resume"},
         "torch 2.11's ProcessGroupNCCL has no suspend(): 'AttributeError: 'ProcessGroupNCCL' object has no "
         "attribute 'suspend''", torch="<2.12"),

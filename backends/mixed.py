@@ -117,6 +117,27 @@ UNDEFINED_DEFAULT_BACKEND = Gap(
     "support sequence numbers.' (cpu:gloo, torch 2.13)")
 
 
+# A string naming NCCL and a CPU backend: the group's sequence number and its barrier belong to one backend each,
+# so the other device's world sees them differ (measured on an H200, torch 2.11, cpu:gloo,cuda:nccl at ws1).
+SEQUENCE_IS_NCCLS = Gap(
+    {"feature": "work_sequence_number"},
+    "a group made with a string naming NCCL counts NCCL's collectives only: _get_sequence_number_for_group answers "
+    "the default backend's (NCCL's) number, which the CPU backend's collectives leave unchanged ('all_reduce: the "
+    "sequence number went from 0 to 0, expected 1' on cpu:gloo,cuda:nccl@cpu; torch 2.11)")
+BARRIER_ON_CPU = Gap(
+    {"feature": "work_sequence_number", "collective": "barrier"},
+    "dist.barrier() on a group made with cpu:gloo,cuda:nccl runs on the CPU backend, so NCCL's sequence number does "
+    "not move ('barrier: the sequence number went from 12 to 12, expected 13' on cpu:gloo,cuda:nccl@cuda; "
+    "torch 2.11)")
+
+
+def _shared_with(serving: str, named: list[str]) -> tuple[Gap, ...]:
+    """The gaps of one device's world of a string that also names another device's backend."""
+    if len(named) < 2 or "nccl" not in named:
+        return ()
+    return (BARRIER_ON_CPU,) if serving == "nccl" else (SEQUENCE_IS_NCCLS,)
+
+
 def _sets_default_backend(backends: list[str]) -> bool:
     """Whether torch gives a group created with a qualified string naming ``backends`` a default backend type."""
     import torch.distributed as dist
@@ -147,6 +168,7 @@ def device_spec(name: str, lookup: Callable[[str], BackendSpec]) -> BackendSpec:
         description += f", without {', '.join(dropped)}"
     named = [specs[p].init_backend.lower() for p in runnable]
     gaps = QUALIFIED_GAPS + (() if _sets_default_backend(named) else (UNDEFINED_DEFAULT_BACKEND,))
+    gaps += _shared_with(serving.init_backend.lower(), named)
     return replace(serving, name=name, device_type=device, torch_backend=init, rank_env=rank_env,
                    gaps=gaps + tuple(serving.gaps), description=description,
                    check_available=_availability_of(serving_part, serving))
