@@ -98,7 +98,8 @@ def pg_options_round_trip(how: str) -> dict | str | None:
         rank_main.reinit_process_group(f"pg-options-{ctx.case_id}", timeout=REINIT_TIMEOUT, pg_options=given)
         try:
             return {"given": _set_fields(given), "reported": reported_options(dist.group.WORLD),
-                    "desc": dist.group.WORLD.group_desc, "sum": summed()}
+                    "desc": dist.group.WORLD.group_desc,
+                    "name": dist.distributed_c10d._get_process_group_name(dist.group.WORLD), "sum": summed()}
         finally:
             rank_main.reinit_process_group(f"pg-options-{ctx.case_id}-restored")
     given = given_options(GIVEN_TIMEOUT)
@@ -290,12 +291,12 @@ def test_pg_options_round_trip(world, how, record_property):
         for field, value in out["given"].items():
             assert reported.get(field) == value, \
                 f"{where}: the backend reports {field}={reported.get(field)!r}, the group was made with {value!r}"
-        if how == "default_reinit":
+        assert reported["group_name"] == out["name"], \
+            f"{where}: the backend reports group_name {reported['group_name']!r}, c10d named it {out['name']!r}"
+        if how == "default_reinit":  # (the default group's ranks: [] from gloo, as torch gives them, or all)
             assert out["desc"] == "default_pg", f"{where}: the re-created default group is described {out['desc']!r}"
             expect_tensor(out["sum"], total(range(n)), f"{where}: all_reduce on the re-created default group")
             continue
-        assert reported["group_name"] == out["name"], \
-            f"{where}: the backend reports group_name {reported['group_name']!r}, c10d named it {out['name']!r}"
         assert reported["global_ranks_in_group"] == out["ranks"], \
             f"{where}: the backend reports ranks {reported['global_ranks_in_group']}, the group holds {out['ranks']}"
         expect_tensor(out["sum"], total(out["ranks"]), f"{where}: all_reduce on the group")
