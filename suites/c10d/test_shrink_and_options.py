@@ -287,7 +287,8 @@ def test_pg_options_round_trip(world, how, record_property):
         where = f"rank {rank} ({how})"
         assert not isinstance(out, str), f"{where}: making the group failed: {out}"
         reported = out["reported"]
-        record_property("finding", f"{how}: reported {reported!r}")
+        if rank == 0:
+            record_property("finding", f"{how}: made with {out['given']!r}, reported {reported!r}")
         assert not isinstance(reported, str), f"{where}: the backend's options cannot be read: {reported}"
         for field, value in out["given"].items():
             assert reported.get(field) == value, \
