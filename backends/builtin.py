@@ -299,6 +299,20 @@ GLOO_GAPS += (
     Gap({"feature": "memory_stats"},
         "gloo keeps no memory statistics: its Backend's memory_stats() fails with 'RuntimeError: Backend gloo does "
         "not support getMemoryStats' (torch 2.13)"),
+    # suites/c10d/test_shrink_and_options.py, measured on torch 2.13 at ws2 and ws3
+    Gap({"feature": "pg_options"},
+        "gloo drops the pg_options a group is made with: torch 2.13 builds ProcessGroupGloo(store, rank, size, "
+        "timeout=...) without them (new_group and init_process_group alike), so a group made with "
+        "ProcessGroupGloo._Options(_threads=3) reports 'the backend reports _threads=2, the group was made with 3' "
+        "(its timeout comes from timeout=, which is kept)"),
+    Gap({"feature": "merge_remote_group"},
+        "gloo's merge_remote_group hangs intermittently in the suite's worlds: at ws3 in 3 of 4 runs one rank's "
+        "merge returned while the others stayed inside ProcessGroup.merge_remote_group past the merge's 13 s "
+        "timeout and the 30 s harness deadline ('merge_single_rank_groups did not finish within its 30 s deadline "
+        "on ranks [0, 1, 2]'); the same merge in fresh processes with one store client each passed 6 of 6 and "
+        "gives each rank a distinct rank, the given name, description and timeout, and a correct all_reduce "
+        "(torch 2.13): skipped, since a hang costs the world",
+        outcome="skip", consequence="hangs"),
 )
 
 # Measured on one NVIDIA H200 with torch 2.11.0+cu130 and NCCL 2.28.9 at world size 1 (python -m fixtures.gpu_check,

@@ -88,6 +88,8 @@ FEATURES: dict[str, str | None] = {
     "concurrent_group_creation": None,  # groups created from several threads at once over one store client
     # what a group's backend reports and offers beyond collectives (suites/c10d/test_capabilities.py)
     "backend_options": None,  # group._get_backend(device).options._timeout: the timeout it was created with
+    "pg_options": None,  # every field of the pg_options a group was made with is what its backend's options report
+    "merge_remote_group": None,  # ProcessGroup.merge_remote_group joins groups over a store into one
     "completion_hook": None,  # ProcessGroup._register_on_completion_hook: once per Work, seq and duration
     "pending_works": None,  # ProcessGroup._wait_for_pending_works
     "suspend_resume": None,  # Backend.suspend() / resume()

@@ -37,6 +37,8 @@ VARIANTS = {
     "premul_first_only": ("-DNATIVE_BUG_PREMUL_FIRST_ONLY",),
     "complex_as_real": ("-DNATIVE_BUG_COMPLEX_AS_REAL",),
     "abort_waits": ("-DNATIVE_BUG_ABORT_WAITS",),
+    "shrink_ignores_options": ("-DNATIVE_BUG_SHRINK_IGNORES_OPTIONS",),
+    "shrink_waits_for_excluded": ("-DNATIVE_BUG_SHRINK_WAITS_FOR_EXCLUDED",),
 }
 
 _LOADED: dict[str, ModuleType] = {}

@@ -80,7 +80,14 @@ c10::intrusive_ptr<c10d::Backend> NativeBackend::shrink(const std::vector<int64_
   TORCH_CHECK(!kept.empty(), "native: shrink would exclude every rank");
   // every kept rank shrinks this group by the same set the same number of times: one key each time
   key += "#" + std::to_string(++shrinks_[key]) + "/";
+#ifndef NATIVE_BUG_SHRINK_IGNORES_OPTIONS  // planted: the shrunk group keeps the parent's timeout
   const Ms timeout = optsOverride && optsOverride->timeout.count() > 0 ? optsOverride->timeout : timeout_;
+#else
+  const Ms timeout = timeout_;
+#endif
+#ifdef NATIVE_BUG_SHRINK_WAITS_FOR_EXCLUDED  // planted: the shrunk group still counts the excluded ranks
+  for (int64_t r : ranksToExclude) kept.push_back(globalRanks_.empty() ? r : globalRanks_[r]);
+#endif
   auto shrunk = c10::make_intrusive<NativeBackend>(c10::make_intrusive<c10d::PrefixStore>(key, store_), newRank,
                                                    static_cast<int>(kept.size()), timeout, kept);
   (void)shrinkFlags;  // SHRINK_ABORT: this group's queued collectives end by their own deadlines
@@ -108,6 +115,10 @@ const char* seededBug() {
   return "premul_first_only";
 #elif defined(NATIVE_BUG_COMPLEX_AS_REAL)
   return "complex_as_real";
+#elif defined(NATIVE_BUG_SHRINK_IGNORES_OPTIONS)
+  return "shrink_ignores_options";
+#elif defined(NATIVE_BUG_SHRINK_WAITS_FOR_EXCLUDED)
+  return "shrink_waits_for_excluded";
 #else
   return "";
 #endif
