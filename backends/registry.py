@@ -13,6 +13,7 @@ from __future__ import annotations
 
 
 from .builtin import BUILTIN_SPECS
+from .mixed import BadBackendString, device_spec, is_qualified
 from .plugins import declared_by
 from .spec import Availability, BackendSpec, inherit
 
@@ -98,9 +99,16 @@ class BackendRegistry:
 
     @property
     def known(self) -> list[str]:
-        return sorted(self.specs)
+        return sorted(name for name in self.specs if not is_qualified(name))  # not the strings built from them
 
     def get(self, name: str) -> BackendSpec:
+        """The spec of backend ``name``, or of one device's world of a device-qualified string
+        (``cpu:gloo``, ``cpu:gloo,cuda:nccl@cuda``: backends/mixed.py), built from the specs of its parts."""
+        if name not in self.specs and is_qualified(name):
+            try:
+                self.specs[name] = device_spec(name, self.get)
+            except BadBackendString as exc:
+                raise UnknownBackend(str(exc)) from None
         try:
             return self.specs[name]
         except KeyError:

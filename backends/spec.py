@@ -88,6 +88,8 @@ FEATURES: dict[str, str | None] = {
     "concurrent_group_creation": None,  # groups created from several threads at once over one store client
     # what a group's backend reports and offers beyond collectives (suites/c10d/test_capabilities.py)
     "backend_options": None,  # group._get_backend(device).options._timeout: the timeout it was created with
+    "pg_options": None,  # every field of the pg_options a group was made with is what its backend's options report
+    "merge_remote_group": None,  # ProcessGroup.merge_remote_group joins groups over a store into one
     "completion_hook": None,  # ProcessGroup._register_on_completion_hook: once per Work, seq and duration
     "pending_works": None,  # ProcessGroup._wait_for_pending_works
     "suspend_resume": None,  # Backend.suspend() / resume()
@@ -195,6 +197,8 @@ CONSEQUENCES: dict[str, str] = {
     "fails": "the case fails (an error or a wrong value) and the world stays usable",
     "kills_rank": "a rank process aborts or crashes, at once or later (a corrupted heap): the world is lost",
     "hangs": "a rank blocks until a timeout the harness cannot shorten: the world is lost",
+    "breaks_backend": "the ranks live but their backend stays broken (a communicator in an error state that fresh "
+                      "process groups in the same processes inherit): the world is replaced after the case",
 }
 
 
@@ -285,6 +289,9 @@ class Gap:
     torch: str = ""  # PEP 440 specifier of the torch releases it holds on ("" = every release)
     source: str = ""  # the backend it was inherited from (set by the registry)
     consequence: str = "fails"  # what running the case does to its world, see CONSEQUENCES
+    # holds only in worlds of at least this many ranks: a deviation between ranks (or in how a backend splits
+    # work among them) is absent from a world of one, where the strict xfail would otherwise XPASS
+    min_world_size: int = 1
 
     def __post_init__(self):
         check_requirement_keys(self.match, f"Gap({dict(self.match)!r}, {self.reason[:60]!r}...)")
@@ -304,8 +311,12 @@ class Gap:
     def matches(self, need: Mapping[str, object]) -> bool:
         return all(key in need and _value_matches(need[key], want) for key, want in self.match.items())
 
-    def holds(self, env: Mapping[str, str] | None = None, torch_version: str | None = None) -> bool:
-        """Whether the gap applies in this environment and torch release (default: this process's)."""
+    def holds(self, env: Mapping[str, str] | None = None, torch_version: str | None = None,
+              world_size: int | None = None) -> bool:
+        """Whether the gap applies in this environment, torch release (default: this process's) and world size
+        (None: any)."""
+        if world_size is not None and world_size < self.min_world_size:
+            return False
         env = os.environ if env is None else env
         if any(not _value_matches(env.get(name), want) for name, want in self.env.items()):
             return False
@@ -323,6 +334,8 @@ class Gap:
         parts += [f"{k} not {_show(v)}" for k, v in self.unless_env.items()]
         if self.torch:
             parts.append(f"torch {self.torch}")
+        if self.min_world_size > 1:
+            parts.append(f"world size >= {self.min_world_size}")
         return f"holds with {', '.join(parts)}" if parts else ""
 
 
@@ -359,7 +372,8 @@ def _torch_version() -> str:
     return str(torch.__version__)
 
 
-def gap_for(gaps: Iterable[Gap], env: Mapping[str, str] | None = None, **need: object) -> Gap | None:
+def gap_for(gaps: Iterable[Gap], env: Mapping[str, str] | None = None, world_size: int | None = None,
+            **need: object) -> Gap | None:
     """The first gap covering this requirement that holds here, or None if it is part of the contract.
 
     The single lookup for backend, agent and implementation gaps. ``need``
@@ -369,7 +383,7 @@ def gap_for(gaps: Iterable[Gap], env: Mapping[str, str] | None = None, **need: o
     check_requirement_keys(need, "gap_for")
     need = {k: _normalise(v) for k, v in need.items() if v is not None}
     for gap in gaps:
-        if gap.matches(need) and gap.holds(env):
+        if gap.matches(need) and gap.holds(env, world_size=world_size):
             return gap
     return None
 
@@ -385,6 +399,15 @@ SPLIT_NEEDS_ACCELERATOR = Gap(
     "split_group needs a default group bound to an accelerator device: on CPU torch 2.13 refuses before asking "
     "the backend ('RuntimeError: No device associated with the default pg, not safe to split any process "
     "groups'; it splits NCCL/XCCL groups only, or gloo under torchcomms)")
+# The ranks' --init mode as gaps see it (env=): set by the harness in every rank (fixtures/pytest_plugin.py
+# Target.rank_env, fixtures/world.py), "lazy" or "eager" (fixtures/devices.py INIT_MODES).
+INIT_ENV = "DISTCONFORM_INIT"
+SPLIT_NEEDS_EAGER_INIT = Gap(
+    {"feature": "splitting"},
+    "split_group needs the default group bound to a device, which only an eager init gives (init_process_group("
+    "device_id=...), --init eager): under lazy init torch 2.13 refuses before asking the backend ('RuntimeError: No "
+    "device associated with the default pg, not safe to split any process groups')",
+    env={INIT_ENV: "lazy"})
 
 LOCAL_SYNC_DESYNCS_GROUP_NAMES = Gap(
     {"clause": "test_new_group_local_synchronization"},
@@ -481,14 +504,15 @@ class BackendSpec:
         except Exception as exc:  # an availability probe must never crash collection
             return Availability(False, f"availability check failed: {exc!r}")
 
-    def gap_for(self, env: Mapping[str, str] | None = None, **need: object) -> Gap | None:
+    def gap_for(self, env: Mapping[str, str] | None = None, world_size: int | None = None,
+                **need: object) -> Gap | None:
         """The first known gap covering this requirement that holds here, or None if it is part of the contract.
 
         Environment conditions are judged on what the ranks see: this process's
         environment, the spec's ``rank_env`` and ``env`` (the harness's own
         variables, e.g. TORCH_DISTRIBUTED_DEBUG of the target) on top.
         """
-        return gap_for(self.all_gaps, env={**os.environ, **self.rank_env, **(env or {})}, **need)
+        return gap_for(self.all_gaps, env={**os.environ, **self.rank_env, **(env or {})}, world_size=world_size, **need)
 
 
 def inherit(spec: BackendSpec, parent: BackendSpec) -> BackendSpec:

@@ -77,6 +77,8 @@ enum class PlantedBug : int {
   premul_first_only,  // PREMUL_SUM scales only the first rank's input (collectives.cpp)
   complex_as_real,    // complex tensors are reduced as their real view, whatever the op (collectives.cpp)
   abort_waits,        // abort() leaves a collective waiting until its deadline (segment.cpp)
+  shrink_ignores_options,     // a shrunk group keeps its parent's timeout over its options (register.cpp)
+  shrink_waits_for_excluded,  // a shrunk group still counts the ranks it excluded (register.cpp)
 };
 
 // Process-wide, not per group: the reduction kernels and makeReduction have no

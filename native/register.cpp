@@ -80,7 +80,11 @@ c10::intrusive_ptr<c10d::Backend> NativeBackend::shrink(const std::vector<int64_
   TORCH_CHECK(!kept.empty(), "native: shrink would exclude every rank");
   // every kept rank shrinks this group by the same set the same number of times: one key each time
   key += "#" + std::to_string(++shrinks_[key]) + "/";
-  const Ms timeout = optsOverride && optsOverride->timeout.count() > 0 ? optsOverride->timeout : timeout_;
+  const bool overridden = optsOverride && optsOverride->timeout.count() > 0;
+  // planted: the shrunk group keeps the parent's timeout
+  const Ms timeout = overridden && !planted(PlantedBug::shrink_ignores_options) ? optsOverride->timeout : timeout_;
+  if (planted(PlantedBug::shrink_waits_for_excluded))  // planted: the shrunk group still counts the excluded ranks
+    for (int64_t r : ranksToExclude) kept.push_back(globalRanks_.empty() ? r : globalRanks_[r]);
   auto shrunk = c10::make_intrusive<NativeBackend>(c10::make_intrusive<c10d::PrefixStore>(key, store_), newRank,
                                                    static_cast<int>(kept.size()), timeout, kept);
   (void)shrinkFlags;  // SHRINK_ABORT: this group's queued collectives end by their own deadlines
@@ -98,7 +102,7 @@ namespace {
 // The names create(planted_bug=...) takes, in PlantedBug's order (native.hpp).
 constexpr const char* kPlantedBugNames[] = {"none", "skip_last_rank", "early_completion", "no_timeout",
                                              "any_source_rank0", "premul_first_only", "complex_as_real",
-                                             "abort_waits"};
+                                             "abort_waits", "shrink_ignores_options", "shrink_waits_for_excluded"};
 
 native::PlantedBug plantedBugNamed(const std::string& name) {
   std::string known;
@@ -108,7 +112,7 @@ native::PlantedBug plantedBugNamed(const std::string& name) {
   }
   throw py::value_error("native: unknown planted bug '" + name + "'; known: " + known);
 }
-static_assert(std::size(kPlantedBugNames) == static_cast<size_t>(native::PlantedBug::abort_waits) + 1,
+static_assert(std::size(kPlantedBugNames) == static_cast<size_t>(native::PlantedBug::shrink_waits_for_excluded) + 1,
               "a name for each PlantedBug");
 }  // namespace
 

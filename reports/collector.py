@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from . import runfacts
+from . import runfacts, views
 from .causes import cause_of_exception
 from .html_report import write_html
 from .json_report import write_json
@@ -109,6 +109,9 @@ class ReportCollector:
             "backends": config.getoption("backend"),
             "world_sizes": config.getoption("world_size"),
             "debug_levels": ",".join(sorted({r.debug_level for r in self.records.values() if r.debug_level})),
+            # per world, why its debug level did not take effect (a DETAIL that torch did not wrap)
+            "debug_levels_not_in_effect": views.levels_not_in_effect(self.records.values()),
+            "inits": ",".join(sorted({r.init for r in self.records.values() if r.init})),
             "plugins": config.getoption("backend_plugin"),
             "rpc_agents": config.getoption("rpc_agent", None),
             "wall_seconds": round(time.time() - self.started, 3),

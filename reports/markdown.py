@@ -29,6 +29,8 @@ def _header(records, meta: dict) -> list[str]:
     facts = [f"backends: `{meta.get('backends')}`", f"world sizes: `{meta.get('world_sizes')}`"]
     if meta.get("debug_levels") not in (None, "", "OFF"):
         facts.append(f"debug levels: `{meta['debug_levels']}`")
+    if meta.get("inits") not in (None, "", "lazy"):
+        facts.append(f"init: `{meta['inits']}`")
     if any(r.rpc_agent for r in records):
         facts.append(f"RPC agents: `{meta.get('rpc_agents')}`")
     plugins = meta.get("plugins") or []
@@ -38,7 +40,12 @@ def _header(records, meta: dict) -> list[str]:
     facts += [f"wall time: {meta.get('wall_seconds')} s", f"pytest exit status: {meta.get('exit_status')}"]
     counts = views.totals(records)
     total = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts.get(o))
-    return [_title(counts), "", " · ".join(facts), "", f"{len(records)} cases: {total}", ""]
+    lines = [_title(counts), "", " · ".join(facts), "", f"{len(records)} cases: {total}", ""]
+    not_in_effect = meta.get("debug_levels_not_in_effect") or views.levels_not_in_effect(records)
+    if not_in_effect:  # these worlds' cases ran at no level they claim: said before any count of them
+        lines += ["Debug levels not in effect (their cases ran unchecked by torch's wrapper):"]
+        lines += [f"- {world}: {cell(why, 300)}" for world, why in not_in_effect.items()] + [""]
+    return lines
 
 
 def _title(counts: dict) -> str:

@@ -24,6 +24,10 @@ class CaseRecord:
     findings: list = field(default_factory=list)  # what the backend did, recorded by the test
     rpc_agent: str = ""  # RPC clauses only (fixtures/rpc_plugin.py): the agent under test
     debug_level: str = ""  # TORCH_DISTRIBUTED_DEBUG of the ranks (OFF, INFO, DETAIL)
+    # why the debug level did not take effect in the case's world ('' if it did): a DETAIL world whose backend
+    # torch did not wrap (fixtures/debug_level.py); the case then counts at no level it did not run at
+    debug_effect: str = ""
+    init: str = ""  # --init of the case's world: lazy, or eager (device_id given to init_process_group)
     phases: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -72,6 +76,8 @@ def record_from_report(report, previous: CaseRecord | None) -> CaseRecord | None
     record.backend = props.get("backend", record.backend)
     record.world_size = props.get("world_size", record.world_size)
     record.debug_level = props.get("debug_level", record.debug_level)
+    record.debug_effect = props.get("debug_effect", record.debug_effect)
+    record.init = props.get("init", record.init)
     record.rpc_agent = props.get("rpc_agent", record.rpc_agent)
     for name, value in report.user_properties:
         if name == "finding" and value not in record.findings:

@@ -20,17 +20,35 @@ SEVERITY = {"failed": 5, "error": 5, "xpassed": 4, "xfailed": 3, "passed": 2, "s
 
 
 def _debug(r) -> str:
-    """The case's TORCH_DISTRIBUTED_DEBUG level when it is not the default (OFF), else ""."""
+    """The case's TORCH_DISTRIBUTED_DEBUG level when it is not the default (OFF), else "", and the init mode
+    unless lazy. A level that did not take effect in the case's world says so: its cases did not run at it."""
     level = getattr(r, "debug_level", "") or ""
-    return "" if level in ("", "OFF") else level
+    text = "" if level in ("", "OFF") else level
+    if text and getattr(r, "debug_effect", ""):
+        text += " (not in effect)"
+    init = getattr(r, "init", "") or ""
+    if init not in ("", "lazy"):
+        text = f"{text} init {init}".strip()
+    return text
 
 
 def target(r) -> str:
-    """The backend (with its debug level unless OFF), and for an RPC clause the agent too (each gets its own rows)."""
+    """The backend (with its debug level unless OFF, its init unless lazy), and for an RPC clause the agent too
+    (each gets its own rows)."""
     backend = r.backend or "-"
     if _debug(r):
-        backend = f"{backend} · debug {_debug(r)}"
+        backend = f"{backend} · debug {_debug(r)}" if getattr(r, "debug_level", "") not in ("", "OFF") \
+            else f"{backend} · {_debug(r)}"
     return f"{backend} · rpc {r.rpc_agent}" if getattr(r, "rpc_agent", "") else backend
+
+
+def levels_not_in_effect(records) -> dict[str, str]:
+    """Per world (backend ws<n> level) whose debug level did not take effect: why (fixtures/debug_level.py)."""
+    worlds: dict[str, str] = {}
+    for r in records:
+        if getattr(r, "debug_effect", ""):
+            worlds.setdefault(f"{r.backend} ws{r.world_size} {r.debug_level}", r.debug_effect)
+    return dict(sorted(worlds.items()))
 
 
 @dataclass(frozen=True, order=True)

@@ -194,7 +194,8 @@ def test_ci_run_runs_setup_then_pytest_and_fails_when_pytest_fails(tmp_path, pyt
     stand_in(root / ".venv" / "bin" / "python",
              f'echo "python $* OMPI=${{OMPI_ALLOW_RUN_AS_ROOT:-}}" >> "{tmp_path}/calls"; exit {pytest_rc}\n')
     (root / STAMP).write_text("stale\n")
-    ran = subprocess.run([str(root / ".ci" / "run")], env={**os.environ, "PATH": system_path(tmp_path, **{"c++": ""})},
+    ran = subprocess.run([str(root / ".ci" / "run")], env={**os.environ, "PATH": system_path(tmp_path, **{"c++": ""}),
+                                                           "DISTCONFORM_TORCH_LANE": ""},
                          capture_output=True, text=True, timeout=60)
     assert ran.returncode == pytest_rc, ran.stderr
     assert calls(tmp_path)[-1] == "python -m pytest tests/ OMPI=" + ("1" if os.getuid() == 0 else "")
@@ -206,7 +207,18 @@ def test_ci_run_fails_without_running_pytest_when_setup_fails(tmp_path):
     stand_in(root / ".venv" / "bin" / "python", f'echo "python $*" >> "{tmp_path}/calls"\n')
     (root / STAMP).write_text("stale\n")  # so setup runs pip, which fails
     ran = subprocess.run([str(root / ".ci" / "run")], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PIP_RC": "1", "PATH": system_path(tmp_path, **{"c++": ""})})
+                         env={**os.environ, "PIP_RC": "1", "PATH": system_path(tmp_path, **{"c++": ""}),
+                              "DISTCONFORM_TORCH_LANE": ""})
     assert ran.returncode == 1, ran.stderr
     assert "pip install -q -r requirements.txt" in calls(tmp_path)
     assert not [c for c in calls(tmp_path) if "-m pytest" in c], calls(tmp_path)
+
+
+def test_ci_runs_one_other_torch_release_through_its_tox_env():
+    """Issue 23: CI runs the bounded torch-release lane, tox.ini's env for the release .ci/run names."""
+    with open(os.path.join(REPO_ROOT, ".ci", "run")) as fh:
+        run = fh.read()
+    release = re.search(r"DISTCONFORM_TORCH_LANE-(\d+)", run).group(1)
+    with open(os.path.join(REPO_ROOT, "tox.ini")) as fh:
+        assert f"[testenv:torch{release}]" in fh.read()
+    assert 'tox -e "torch$lane"' in run

@@ -38,7 +38,8 @@ def test_a_bad_level_is_a_usage_error_naming_it(text):
 def test_ids_carry_any_level_but_off():
     assert Target("gloo", 2).id == "gloo-ws2"
     assert Target("gloo", 2, debug_level="DETAIL").id == "gloo-ws2-DETAIL"
-    assert Target("gloo", 2, debug_level="INFO").rank_env == {"TORCH_DISTRIBUTED_DEBUG": "INFO"}
+    assert Target("gloo", 2, debug_level="INFO").rank_env == {"TORCH_DISTRIBUTED_DEBUG": "INFO",
+                                                               "DISTCONFORM_INIT": "lazy"}
 
 
 def test_command_line_collects_one_case_per_level_and_rejects_a_bad_one(tmp_path, monkeypatch):

@@ -33,7 +33,7 @@ def test_plan_lists_every_step_at_the_world_sizes_the_gpus_allow(capsys, gpus, n
     assert "suites/dist_autograd/test_remote_module.py" in out
     assert f"suites.stress.collectives --backend nccl --world-size {gpus} " in out
     assert "--min-bytes 8 --max-bytes 64M" in out
-    assert "mixed: the mixed form cpu:gloo,cuda:nccl: not supported by the harness yet" in out
+    assert f"suites/c10d/test_work.py --backend cpu:gloo,cuda:nccl --world-size {nccl_sizes} " in out
     for step in STEPS:  # every step has its own report directory
         if not step.unsupported:
             assert f"--report-dir reports/out/gpu-check/{step.name}" in out
@@ -125,6 +125,16 @@ def test_dry_run_on_cpu_runs_pytest_and_reads_its_report(tmp_path, capsys):
     report = json.loads((tmp_path / "nccl" / "conformance.json").read_text())
     assert report["totals"].get("passed", 0) >= 1
     assert {case["backend"] for case in report["cases"]} == {"gloo"}
+
+
+def test_the_mixed_step_runs_on_cpu_what_its_cpu_device_serves(tmp_path, capsys):
+    """--dry-run-on-cpu keeps the mixed string: its CPU world runs gloo's cases, its CUDA world's cases skip
+    with the reason (no NCCL or no GPU here), and the step passes."""
+    assert main(["--dry-run-on-cpu", "--only", "mixed", "--report-dir", str(tmp_path)]) == EXIT_PASSED
+    assert "mixed: PASSED: " in capsys.readouterr().out
+    cases = json.loads((tmp_path / "mixed" / "conformance.json").read_text())["cases"]
+    by_world = {(case["backend"], case["outcome"]) for case in cases}
+    assert by_world == {("cpu:gloo,cuda:nccl@cpu", "passed"), ("cpu:gloo,cuda:nccl@cuda", "skipped")}
 
 
 def test_world_size_one_skips_per_case_what_needs_a_peer(tmp_path):

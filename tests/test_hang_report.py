@@ -200,3 +200,21 @@ def test_pytest_run_reports_the_hang_cause_and_keeps_dumps_beside_the_report(tmp
     assert first.startswith("hang: rank 1 never entered all_reduce #") and "rank 0 waits in it" in first, case["error"]
     folder = tmp_path / "flight-recorder" / "tests_harness_cases_case_skipped_collective.py_test_last_rank_skips_an_all_reduce_gloo-ws2"
     assert sorted(os.listdir(folder)) == ["rank0.json", "rank1.json", "rank_0", "rank_1"], os.listdir(tmp_path)
+
+
+def test_dumps_of_two_recorders_merge_per_group():
+    """A CUDA build holds torch's generic recorder and ProcessGroupNCCL's own (torch 2.11 files NCCL's entries in
+    the latter): the entries of both, once each; per group the pg_config/pg_status row of the recorder holding its
+    entries (the other lists the group with no ranks and status -1, as seen on an H200)."""
+    from fixtures.flight_dump import _merge
+
+    generic = {"pg_config": {"0": {"ranks": "[]"}, "5": {"ranks": "[0, 1]"}},
+               "pg_status": {"0": {"last_completed_collective": "-1"}},
+               "entries": [{"process_group": ["5", "undefined"], "record_id": 0}]}
+    nccl = {"pg_config": {"0": {"ranks": "[0, 1]"}}, "pg_status": {"0": {"last_completed_collective": "3"}},
+            "entries": [{"process_group": ["0", "default_pg"], "record_id": r} for r in range(3)]}
+    merged = _merge([generic, nccl])
+    assert len(merged["entries"]) == 4
+    assert merged["pg_config"] == {"0": {"ranks": "[0, 1]"}, "5": {"ranks": "[0, 1]"}}
+    assert merged["pg_status"]["0"]["last_completed_collective"] == "3"
+    assert len(_merge([nccl, nccl])["entries"]) == 3  # a release that unifies the recorders: no duplicates

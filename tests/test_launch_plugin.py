@@ -79,7 +79,7 @@ class NoWorlds(WorldPool):
     def warm_up(self):
         open(os.environ["POOL_WARMED"], "w").close()
 
-    def get(self, backend, world_size, debug_level="OFF"):
+    def get(self, backend, world_size, debug_level="OFF", init="lazy"):
         pytest.skip(f"asked for {backend} at {world_size} ranks, {debug_level}")
 
 

@@ -124,6 +124,16 @@ def test_hang_raises_deadline_exceeded_with_every_rank_stack(pool):
 
 
 # ----------------------------------------------------- crash: rank death
+def test_a_planned_rank_exit_returns_the_others_results_and_stops_the_world(pool):
+    world = pool.get("gloo", 2)
+    pids = rank_pids(world)
+    assert world.run(rank_fns.rank1_exits_as_planned, exits={1}) == [0, None]
+    assert not world.alive, "a world with a rank gone is stopped: the pool replaces it"
+    assert_gone(pids, "a world after a planned rank exit")
+    again = pool.get("gloo", 2)
+    assert again is not world and again.run(rank_fns.all_reduce_rank_sum) == expected_sum(2)
+
+
 @pytest.mark.parametrize("fn, status, text", [
     (rank_fns.crash_rank1_exit7, 7, "exit status 7"),
     (rank_fns.crash_rank1_sigkill, -9, "signal 9"),

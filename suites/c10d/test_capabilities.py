@@ -46,8 +46,8 @@ RECREATED_TIMEOUT = timedelta(seconds=47)
 # ------------------------------------------------------------ rank side: options
 def options_round_trip() -> dict:
     """The default group's options; a subgroup's as created, after set_timeout, and a re-created one's."""
-    # the harness passes device_id= to init_process_group for an accelerator only (fixtures/devices.py)
-    bound_to = None if ctx.device == "cpu" else torch.device(ctx.device)
+    # the harness passes device_id= to init_process_group under --init eager only (fixtures/devices.py)
+    bound_to = torch.device(ctx.device) if ctx.init == "eager" else None
     out = {"default": reported(dist.group.WORLD), "bound_device_id": (dist.group.WORLD.bound_device_id, bound_to)}
     group = dist.new_group(timeout=CREATED_TIMEOUT, group_desc="probes_created")
     out["created"] = reported(group)

@@ -54,6 +54,14 @@ def crash_rank1_exit7():
     return ctx.rank
 
 
+def rank1_exits_as_planned():
+    """Rank 1 ends its process on purpose (World.run(..., exits={1})); rank 0 answers once it is gone."""
+    if ctx.rank == 1:
+        os._exit(0)
+    time.sleep(0.5)
+    return ctx.rank
+
+
 def crash_rank1_sigkill():
     if ctx.rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
