@@ -60,7 +60,7 @@ def test_xfail_records_the_declared_gap_and_the_backends_actual_error(run):
         f"{ALL_REDUCE}::test_all_reduce_non_contiguous_view[gloo-ws2-float32-sum-non_contiguous]"]
     gap = BUILTIN_SPECS["gloo"].gap_for(collective="all_reduce", layout="non_contiguous")
     case = xfailed[0]
-    assert case["reason"] == f"gloo: {gap.reason}"
+    assert case["reason"] == f"gloo: {gap.reason} [{gap.conditions()}]"
     assert case["error"].startswith("AssertionError: all_reduce sum of a strided view on rank")
     assert "elements wrong" in case["error"]
 

@@ -12,9 +12,16 @@ the baseline: under load TensorPipe adds events of its own machinery to
 some profiles (measured, call_self under two busy processes: aten::empty x2
 and aten::set_ at the caller's node in 2 of 10 profiles, while it unpacks
 the response) and a timing race can lose events. So the baseline of a
-workload is each event's median count over SAMPLES profiles (an event
-missing from a profile counts 0 there): what TensorPipe does in most runs.
-Every agent must match it exactly (one run after a warm-up).
+workload is, per event, the counts TensorPipe produced over SAMPLES profiles
+(an event missing from a profile counts 0 there). An event TensorPipe
+recorded the same number of times in every profile must be matched exactly
+by every agent (one run after a warm-up); an event whose count varied between
+TensorPipe's own profiles is a timing artefact of TensorPipe's threads, not
+part of what an RPC records, so an agent may record it anywhere from 0 to
+TensorPipe's largest count (CI under load, three pytest workers: aten::empty
+x2 and aten::set_ of call_self async in most of five TensorPipe profiles, so
+a median baseline of them failed an agent that never records them). The
+median is what the report shows.
 """
 
 from __future__ import annotations
@@ -40,15 +47,30 @@ def rows(counts: Counter) -> list[dict]:
             for (name, node, shapes), n in sorted(counts.items())]
 
 
-def median_baseline(sample) -> tuple[Counter, int]:
-    """Each event's median count over SAMPLES calls of ``sample()``; (baseline, samples)."""
+@dataclass
+class Baseline:
+    """TensorPipe's counts of each event over its samples: the median (shown), and what an agent may record."""
+
+    median: Counter
+    allowed: dict  # event key -> (least, most) count an agent may record
+
+    def accepts(self, key: tuple, count: int) -> bool:
+        least, most = self.allowed.get(key, (0, 0))
+        return least <= count <= most
+
+
+def median_baseline(sample) -> tuple[Baseline, int]:
+    """TensorPipe's baseline over SAMPLES calls of ``sample()``; (baseline, samples). A count every sample agrees
+    on is exact; one that varied between samples allows 0 to its largest value (the module docstring says why)."""
     samples = [sample() for _ in range(SAMPLES)]
-    baseline: Counter = Counter()
+    median: Counter = Counter()
+    allowed = {}
     for key in set().union(*samples):
-        count = sorted(s[key] for s in samples)[SAMPLES // 2]
-        if count:
-            baseline[key] = count
-    return baseline, SAMPLES
+        counts = sorted(s[key] for s in samples)
+        if counts[SAMPLES // 2]:
+            median[key] = counts[SAMPLES // 2]
+        allowed[key] = (counts[0], counts[0]) if counts[0] == counts[-1] else (0, counts[-1])
+    return Baseline(median, allowed), SAMPLES
 
 
 @dataclass
@@ -64,12 +86,12 @@ class Difference:
                 f"tensorpipe {self.expected}, agent {self.actual}")
 
 
-def compare(expected: Counter, actual: Counter) -> list[Difference]:
+def compare(expected: Baseline, actual: Counter) -> list[Difference]:
     diffs = []
-    for key in sorted(set(expected) | set(actual)):
-        if expected[key] != actual[key]:
+    for key in sorted(set(expected.allowed) | set(actual)):
+        if not expected.accepts(key, actual[key]):
             name, node, shapes = key
-            diffs.append(Difference(name, node, json.loads(shapes), expected[key], actual[key]))
+            diffs.append(Difference(name, node, json.loads(shapes), expected.median[key], actual[key]))
     return diffs
 
 
