@@ -35,11 +35,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fixtures.flight_dump import recorded_json, recorded_pickle
+from fixtures.flight_dump import FR_SIZE_VARS, recorded_json, recorded_pickle, recorder_size
 from fixtures.rank import ctx
 from suites.c10d.timeouts import fresh_group
 
-FR_SIZE_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 HANG_TIMEOUT_S = 0.5
 SETTLE_S = 2.0  # how long a waited Work's entry may take to leave "scheduled" (a watchdog may retire it)
 DUMP_PREFIX = "rank_"  # fr_trace's --prefix: the rest of the file name is the rank
@@ -56,14 +55,6 @@ COLLECTIVES = (
 
 
 # ------------------------------------------------------------------ rank side
-def recorder_size() -> int:
-    """The recorder's capacity as torch reads it: the first of FR_SIZE_VARS that is set, else 2000."""
-    for var in FR_SIZE_VARS:
-        if os.environ.get(var):
-            return int(os.environ[var])
-    return 2000
-
-
 def recorder_dump() -> dict:
     """This process's recorder, as JSON (without stack traces); fails saying why when it is off.
 

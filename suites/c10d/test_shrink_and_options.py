@@ -114,18 +114,10 @@ def pg_options_round_trip(how: str) -> dict | str | None:
         except Exception as exc:
             return error(exc)
     else:  # shrink_group: the last rank leaves the parent to the others
-        parent = dist.new_group()
-        if ctx.rank == n - 1:
-            dist.barrier()
-            dist.destroy_process_group(parent)
-            return None
-        try:
-            group = dist.shrink_group([n - 1], group=parent, pg_options=given)  # destroys the parent
-        except Exception as exc:
-            out = error(exc)
-            dist.barrier()
-            dist.destroy_process_group(parent)
-            return out
+        shrunk = _shrink_away_last_rank(dist.new_group(), given)
+        if shrunk is None or isinstance(shrunk, str):
+            return shrunk
+        group = shrunk
     out = {"given": _set_fields(given), "reported": reported_options(group), "desc": group.group_desc,
            "name": dist.distributed_c10d._get_process_group_name(group),
            "ranks": dist.get_process_group_ranks(group), "sum": summed(group)}
@@ -135,27 +127,34 @@ def pg_options_round_trip(how: str) -> dict | str | None:
     return out
 
 
-# --------------------------------------------------- rank side: shrink timeouts
-def shrunk_group_timeout(how: str) -> dict | str | None:
-    """Shrink a group made with PARENT_TIMEOUT (``how``: inherited, or overridden by pg_options); then rank 0
-    reduces alone over the shrunk group: how long until it fails, and with what."""
+def _shrink_away_last_rank(parent, pg_options=None):
+    """The last rank leaves ``parent`` to the others: it meets the default group's barrier, destroys ``parent``
+    and gets None; the others get the shrunk group (the shrink destroys the parent), or the error's text after
+    the same barrier. A caller holding the shrunk group destroys it, then meets that barrier too."""
     n = ctx.world_size
-    parent = dist.new_group(timeout=PARENT_TIMEOUT)
-    summed(parent)
-    if ctx.rank == n - 1:  # left out of the shrink
+    if ctx.rank == n - 1:
         dist.barrier()
         dist.destroy_process_group(parent)
         return None
-    out: dict | str
     try:
-        given = given_options(OVERRIDE_TIMEOUT) if how == "overridden" else None
-        shrunk = dist.shrink_group([n - 1], group=parent, pg_options=given)  # destroys the parent
+        return dist.shrink_group([n - 1], group=parent, pg_options=pg_options)  # destroys the parent
     except Exception as exc:
         out = error(exc)
         dist.barrier()
         dist.destroy_process_group(parent)
         return out
-    out = {"sum": summed(shrunk), "ranks": dist.get_process_group_ranks(shrunk)}
+
+
+# --------------------------------------------------- rank side: shrink timeouts
+def shrunk_group_timeout(how: str) -> dict | str | None:
+    """Shrink a group made with PARENT_TIMEOUT (``how``: inherited, or overridden by pg_options); then rank 0
+    reduces alone over the shrunk group: how long until it fails, and with what."""
+    parent = dist.new_group(timeout=PARENT_TIMEOUT)
+    summed(parent)
+    shrunk = _shrink_away_last_rank(parent, given_options(OVERRIDE_TIMEOUT) if how == "overridden" else None)
+    if shrunk is None or isinstance(shrunk, str):
+        return shrunk
+    out: dict[str, object] = {"sum": summed(shrunk), "ranks": dist.get_process_group_ranks(shrunk)}
     if ctx.rank == 0:  # the others stay away from this reduction until it has failed
         started = time.monotonic()
         try:
