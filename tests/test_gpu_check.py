@@ -110,6 +110,24 @@ def test_a_step_past_its_timeout_fails(monkeypatch, tmp_path):
     assert verdict.status == "timed out" and f"after {STEPS[0].timeout_s * 0.5:.0f} s" in verdict.detail
 
 
+def test_a_step_that_wrote_its_report_but_did_not_exit_says_both(monkeypatch, tmp_path):
+    def wrote_then_hung(command, **kwargs):
+        (tmp_path / STEPS[0].name / "conformance.json").write_text(json.dumps({"totals": {"passed": 3}}))
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", wrote_then_hung)
+    verdict = run_step(STEPS[0], 1, str(tmp_path), on_cpu=False)
+    assert verdict.status == "timed out" and "its report was written (3 passed)" in verdict.detail
+
+
+def test_an_earlier_runs_report_never_stands_in_for_a_step_that_wrote_none(monkeypatch, tmp_path):
+    (tmp_path / STEPS[0].name).mkdir()
+    (tmp_path / STEPS[0].name / "conformance.json").write_text(json.dumps({"totals": {"passed": 3}}))
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda command, **kwargs: subprocess.CompletedProcess(command, 1))
+    verdict = run_step(STEPS[0], 1, str(tmp_path), on_cpu=False)
+    assert verdict.status == "failed" and "no readable conformance.json" in verdict.detail
+
+
 def test_unknown_step_is_a_usage_error():
     with pytest.raises(SystemExit) as info:
         main(["--only", "nosuch"], count_gpus=lambda: 1)

@@ -50,6 +50,7 @@ from suites.checks import expect_tensor
 GIVEN_TIMEOUT = timedelta(seconds=37)
 REINIT_TIMEOUT = timedelta(seconds=53)
 GLOO_THREADS = 3  # not gloo's default (2): a gloo that dropped its pg_options reports 2
+NCCL_HIGH_PRIORITY = True  # not NCCL's default (False): an NCCL that dropped its pg_options reports False
 PARENT_TIMEOUT = timedelta(seconds=4)  # a shrunk group that inherits times out after this
 OVERRIDE_TIMEOUT = timedelta(seconds=1.5)  # ... one given pg_options after this
 TIMEOUT_SLACK_S = 2.0  # a timed-out collective fails within its timeout plus this (threads, a loaded host)
@@ -60,14 +61,19 @@ DEATH_WAIT_S = 20.0
 # ------------------------------------------------------------ rank side: options
 def given_options(timeout: timedelta):
     """The backend's own options type, filled with ``timeout`` and a non-default value of each field it has."""
-    gloo_options = getattr(dist, "ProcessGroupGloo", None)
     try:
-        is_gloo = isinstance(backend_of(dist.group.WORLD).options, gloo_options._Options)
-    except Exception:  # a backend torch gives no options (a plugin) or a build without gloo
-        is_gloo = False
-    if is_gloo:
-        options = gloo_options._Options()
+        current = backend_of(dist.group.WORLD).options
+    except Exception:  # a backend torch gives no options (a plugin)
+        current = None
+    # new_group refuses options of another type than the backend's own ("Expected backend_options argument to
+    # be of type ProcessGroupNCCL.Options"); a build without gloo or NCCL lacks their classes
+    gloo, nccl = getattr(dist, "ProcessGroupGloo", None), getattr(dist, "ProcessGroupNCCL", None)
+    if gloo is not None and isinstance(current, gloo._Options):
+        options = gloo._Options()
         options._threads = GLOO_THREADS
+    elif nccl is not None and isinstance(current, nccl.Options):
+        options = nccl.Options()
+        options.is_high_priority_stream = NCCL_HIGH_PRIORITY
     else:
         options = torch._C._distributed_c10d.Backend.Options(dist.get_backend(), timeout)
     options._timeout = timeout
@@ -76,7 +82,8 @@ def given_options(timeout: timedelta):
 
 def _set_fields(options) -> dict:
     # not ``backend``: a backend registered under another name (a seeded subclass) may report its family's
-    return {name: getattr(options, name) for name in ("_timeout", "_threads") if hasattr(options, name)}
+    return {name: getattr(options, name) for name in ("_timeout", "_threads", "is_high_priority_stream")
+            if hasattr(options, name)}
 
 
 def reported_options(group) -> dict | str:
