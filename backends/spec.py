@@ -143,7 +143,7 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
     "backend": Requirement("the c10d backend under test, for gaps of an agent that runs over it (reference-pg)"),
     "rpc_feature": Requirement(
         "a named RPC capability",
-        ("async_execution", "async_future_exception", "custom_exception_type", "fault_injection",
+        ("async_execution", "async_future_exception", "custom_exception_type", "device_maps", "fault_injection",
          "rref_to_owner_before_created", "torchscript", "unused_send_function", "wait_all_early_error")),
     "rpc_call": Requirement("how an RPC is made", ("rpc_sync", "rpc_async", "remote", "rref_method")),
     "workload": Requirement("a profiling workload of suites/profiling/workloads.py (or concurrent_calls)",
