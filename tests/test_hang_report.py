@@ -13,7 +13,7 @@ import pytest
 from backends.registry import BackendRegistry
 from fixtures.errors import DeadlineExceeded, RankError
 from fixtures.flight_dump import recorder_size_problem
-from fixtures.fr_trace_input import complete_pg_config
+from fixtures.fr_trace_input import complete_entries, complete_pg_config
 from fixtures.hang_report import analyse
 from fixtures.world import World
 from tests.harness_cases import rank_fns
@@ -106,6 +106,13 @@ def test_pg_config_gets_the_groups_the_entries_name():
     assert mine["pg_config"]["5"] == {"name": "5", "desc": "undefined", "ranks": "[0, 2]"}
     assert mine["pg_config"][""] == {"name": "", "desc": "", "ranks": "[0, 1, 2]"}  # the recorder's own row stays
     assert complete_pg_config(mine, {0: mine}, 3) == []
+
+
+def test_a_rank_that_recorded_nothing_gets_the_entries_fr_trace_reads():
+    """torch leaves 'entries' out of a recorder that holds none; fr_trace ends in KeyError: 'entries' on it."""
+    nothing = {"version": "2.10", "pg_config": {}, "pg_status": {}}
+    assert complete_entries(nothing) and nothing["entries"] == []
+    assert not complete_entries(nothing) and not complete_entries(dump([entry(0, 1)]))
 
 
 @pytest.mark.parametrize("value, fine", [("", False), ("lots", False), (" 5", False), ("0", True), ("2000", True),
