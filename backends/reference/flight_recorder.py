@@ -30,6 +30,7 @@ call: an error while recording is counted and shown in the dump instead.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import threading
 import time
@@ -65,13 +66,30 @@ class RecordedGroup:
         self.enqueued = self.started = self.completed = -1  # collective_seq_id of the last one; -1: none
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Entry:
-    """One recorded call; ``state`` and the times change as its Work runs."""
+    """One recorded call; ``state``, the times and ``retired`` change as its Work runs."""
 
-    __slots__ = ("record_id", "group", "process_group", "thread_name", "thread_id", "collective_seq_id",
-                 "p2p_seq_id", "op_id", "profiling_name", "time_created_ns", "input_sizes", "input_dtypes",
-                 "output_sizes", "output_dtypes", "state", "time_started_ns", "time_completed_ns", "retired",
-                 "timeout_ms", "is_p2p")
+    record_id: int
+    group: RecordedGroup
+    process_group: tuple[str, str]
+    thread_name: str
+    thread_id: str
+    collective_seq_id: int
+    p2p_seq_id: int
+    op_id: int
+    profiling_name: str
+    time_created_ns: int
+    input_sizes: list[list[int]]
+    input_dtypes: list[str]
+    output_sizes: list[list[int]]
+    output_dtypes: list[str]
+    timeout_ms: int
+    is_p2p: bool
+    state: str = "scheduled"
+    time_started_ns: int | None = None
+    time_completed_ns: int | None = None
+    retired: bool = False
 
 
 def _sizes(tensors) -> tuple[list[list[int]], list[str]]:
@@ -109,30 +127,20 @@ class FlightRecorder:
         if self.capacity <= 0:
             return None
         try:
-            entry = Entry()
-            entry.record_id = next(self._record_ids)
-            entry.group = group
-            entry.process_group = (group.name, group.desc)
+            input_sizes, input_dtypes = _sizes(inputs)
+            output_sizes, output_dtypes = _sizes(outputs)
             thread = threading.current_thread()
-            entry.thread_name, entry.thread_id = thread.name, str(thread.ident)
             group.op_id += 1
-            entry.op_id = group.op_id
             if p2p:
                 group.p2p_seq += 1
-                entry.collective_seq_id = max(group.enqueued, 0)
             else:
                 group.enqueued = seq
-                entry.collective_seq_id = seq
-            entry.p2p_seq_id = group.p2p_seq
-            entry.is_p2p = p2p
-            entry.profiling_name = f"{PREFIX}:{name}"
-            entry.time_created_ns = time.time_ns()
-            entry.input_sizes, entry.input_dtypes = _sizes(inputs)
-            entry.output_sizes, entry.output_dtypes = _sizes(outputs)
-            entry.state = "scheduled"
-            entry.time_started_ns = entry.time_completed_ns = None
-            entry.retired = False
-            entry.timeout_ms = int(timeout_s * 1000)
+            entry = Entry(record_id=next(self._record_ids), group=group, process_group=(group.name, group.desc),
+                          thread_name=thread.name, thread_id=str(thread.ident),
+                          collective_seq_id=max(group.enqueued, 0) if p2p else seq, p2p_seq_id=group.p2p_seq,
+                          op_id=group.op_id, profiling_name=f"{PREFIX}:{name}", time_created_ns=time.time_ns(),
+                          input_sizes=input_sizes, input_dtypes=input_dtypes, output_sizes=output_sizes,
+                          output_dtypes=output_dtypes, timeout_ms=int(timeout_s * 1000), is_p2p=p2p)
             if self.groups.get(group.name) is not group and group.name:
                 self.groups[group.name] = group
             self.entries.append(entry)
@@ -178,7 +186,8 @@ class FlightRecorder:
 
                 import torch._C._distributed_c10d as c10d
 
-                self._version = str(json.loads(c10d._dump_fr_trace_json(False, True)).get("version", DUMP_VERSION))
+                dumped = getattr(c10d, "_dump_fr_trace_json")(False, True)  # noqa: B009 - not in torch's stubs
+                self._version = str(json.loads(dumped).get("version", DUMP_VERSION))
             except Exception:  # noqa: BLE001 - an older torch without the binding: the format we match
                 self._version = DUMP_VERSION
         return self._version
