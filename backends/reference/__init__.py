@@ -9,7 +9,8 @@ outside the suite too::
 
 Read it as the spec: semantics.py says what every collective means,
 process_group.py how ranks agree and exchange data, transport.py and wire.py
-how bytes move between them.
+how bytes move between them, flight_recorder.py what it records of every call
+for hang reports (torch's flight-recorder entries, in a recorder of its own).
 """
 
 from __future__ import annotations

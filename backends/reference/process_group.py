@@ -79,7 +79,8 @@ class ReferenceWork(dist.Work):
 
     def _record_completion(self) -> None:
         """Mark the recorder's entry completed before any waiter wakes: read after wait(), it says so."""
-        recorder().completed(self.fr_entry)
+        if self.fr_entry is not None:
+            recorder().completed(self.fr_entry)
 
     def _finished(self) -> None:
         self.ended = time.perf_counter()
