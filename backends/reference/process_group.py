@@ -190,6 +190,11 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self.timeout = timeout
         self.global_ranks = list(global_ranks) if global_ranks else list(range(size))
+        # Kept for the group's life, as ProcessGroupGloo keeps its store: a caller that keeps only the group
+        # (torch.distributed._dist2.new_group) drops its own reference on return, and rank 0's store server with
+        # it, while slower peers still rendezvous on it ('DistNetworkError: Failed to recv, got 0 bytes' on rank
+        # 2 of 3, suites/c10d/test_dist2.py)
+        self.store = store
         self.mesh = Mesh(store, rank, size, timeout, host=host)
         self._seq = 0
         self._seq_lock = threading.Lock()
