@@ -513,7 +513,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::endCoalescing() {
 // ------------------------------------------------------------ collectives
 c10::intrusive_ptr<c10d::Work> NativeBackend::barrier(const c10d::BarrierOptions& opts) {
   const int n = getSize();
-  return submit(kBarrier, c10d::OpType::BARRIER, fingerprint(kBarrier, nullptr, -1, -1), opts.timeout, opts.asyncOp, {}, {},
+  return submit(kBarrier, c10d::OpType::BARRIER, fingerprint(kBarrier, nullptr, -1, -1), opts.timeout, opts.asyncOp,
+                {}, {},
                 [this, n](const Fingerprint& fp, Clock::time_point deadline) { exchange(blank(n), fp, deadline); });
 }
 
@@ -522,7 +523,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::broadcast(std::vector<at::Tensor>&
   const at::Tensor t = single(tensors, "broadcast");
   const int root = static_cast<int>(opts.rootRank);
   checkRoot(opts.rootRank, "broadcast");
-  return submit(kBroadcast, c10d::OpType::BROADCAST, fingerprint(kBroadcast, &t, -1, root), opts.timeout, opts.asyncOp, {t}, {t},
+  return submit(kBroadcast, c10d::OpType::BROADCAST, fingerprint(kBroadcast, &t, -1, root), opts.timeout, opts.asyncOp,
+                {t}, {t},
                 [this, t, root](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   at::Tensor buf = getRank() == root ? t.contiguous() : landing(t);
@@ -614,8 +616,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::allreduce(std::vector<at::Tensor>&
     return allreduceSparse(tensors[0], opts);
   const at::Tensor t = single(tensors, "all_reduce");
   const Reduction how = makeReduction(opts.reduceOp, t.scalar_type(), getSize());
-  return submit(kAllreduce, c10d::OpType::ALLREDUCE, fingerprint(kAllreduce, &t, how, -1), opts.timeout, opts.asyncOp, {t},
-                {t}, [this, t, how](const Fingerprint& fp, Clock::time_point deadline) {
+  return submit(kAllreduce, c10d::OpType::ALLREDUCE, fingerprint(kAllreduce, &t, how, -1), opts.timeout, opts.asyncOp,
+                {t}, {t}, [this, t, how](const Fingerprint& fp, Clock::time_point deadline) {
                   at::Tensor buf = t.contiguous();
                   runAllreduce(buf, how, fp, deadline);
                   land(t, buf);
@@ -631,8 +633,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::allreduceSparse(const at::Tensor& 
   TORCH_CHECK(opts.reduceOp.op_ == RedOp::SUM, "native: sparse all_reduce supports ReduceOp.SUM only, got ReduceOp.",
               opText(opts.reduceOp.op_));
   const Reduction how = makeReduction(opts.reduceOp, t.scalar_type(), getSize());
-  return submit(kAllreduce, c10d::OpType::ALLREDUCE, fingerprint(kAllreduce, &t, how, -1), opts.timeout, opts.asyncOp, {t},
-                {t}, [this, t](const Fingerprint& fp, Clock::time_point deadline) {
+  return submit(kAllreduce, c10d::OpType::ALLREDUCE, fingerprint(kAllreduce, &t, how, -1), opts.timeout, opts.asyncOp,
+                {t}, {t}, [this, t](const Fingerprint& fp, Clock::time_point deadline) {
                   runSparseAllreduce(t, fp, deadline);
                 });
 }
@@ -711,7 +713,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::reduce(std::vector<at::Tensor>& te
   const int root = static_cast<int>(opts.rootRank);
   checkRoot(opts.rootRank, "reduce");
   const Reduction how = makeReduction(opts.reduceOp, t.scalar_type(), getSize());
-  return submit(kReduce, c10d::OpType::REDUCE, fingerprint(kReduce, &t, how, root), opts.timeout, opts.asyncOp, {t}, {t},
+  return submit(kReduce, c10d::OpType::REDUCE, fingerprint(kReduce, &t, how, root), opts.timeout, opts.asyncOp,
+                {t}, {t},
                 [this, t, how, root](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   at::Tensor buf = t.contiguous();
@@ -730,7 +733,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::allgather(std::vector<std::vector<
   TORCH_CHECK(outputs.size() == 1, "native: all_gather takes one output list per rank, got ", outputs.size());
   const std::vector<at::Tensor> outs = outputs[0];
   checkList(outs, getSize(), in, "all_gather output list");
-  return submit(kAllgather, c10d::OpType::ALLGATHER, fingerprint(kAllgather, &in, -1, -1), opts.timeout, opts.asyncOp, {in}, outs,
+  return submit(kAllgather, c10d::OpType::ALLGATHER, fingerprint(kAllgather, &in, -1, -1), opts.timeout, opts.asyncOp,
+                {in}, outs,
                 [this, in, outs](const Fingerprint& fp, Clock::time_point deadline) {
                   runAllgatherList(outs, in, fp, deadline);
                 });
@@ -800,7 +804,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::_allgather_base(at::Tensor& output
               "native: all_gather_into_tensor output ", output.scalar_type(), " ", output.sizes(), " is not ",
               getSize(), " x input ", input.scalar_type(), " ", input.sizes());
   const at::Tensor out = output, in = input;
-  return submit(kAllgather, c10d::OpType::_ALLGATHER_BASE, fingerprint(kAllgather, &in, -1, -1), opts.timeout, opts.asyncOp, {in}, {out},
+  return submit(kAllgather, c10d::OpType::_ALLGATHER_BASE, fingerprint(kAllgather, &in, -1, -1), opts.timeout,
+                opts.asyncOp, {in}, {out},
                 [this, in, out](const Fingerprint& fp, Clock::time_point deadline) {
                   runAllgatherInto(out, in, fp, deadline);
                 });
@@ -854,7 +859,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::gather(std::vector<std::vector<at:
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "native: gather: only the root passes an output list");
   }
-  return submit(kGather, c10d::OpType::GATHER, fingerprint(kGather, &in, -1, root), opts.timeout, opts.asyncOp, {in}, outs,
+  return submit(kGather, c10d::OpType::GATHER, fingerprint(kGather, &in, -1, root), opts.timeout, opts.asyncOp,
+                {in}, outs,
                 [this, in, outs, root](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   at::Tensor src = in.contiguous();
@@ -887,7 +893,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::scatter(std::vector<at::Tensor>& o
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "native: scatter: only the root passes an input list");
   }
-  return submit(kScatter, c10d::OpType::SCATTER, fingerprint(kScatter, &out, -1, root), opts.timeout, opts.asyncOp, ins, {out},
+  return submit(kScatter, c10d::OpType::SCATTER, fingerprint(kScatter, &out, -1, root), opts.timeout, opts.asyncOp,
+                ins, {out},
                 [this, ins, out, root](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   std::vector<at::Tensor> srcs;
@@ -939,7 +946,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::_reduce_scatter_base(at::Tensor& o
   const Reduction how = makeReduction(opts.reduceOp, output.scalar_type(), getSize());
   const at::Tensor out = output, in = input;
   return submit(kReduceScatter, c10d::OpType::_REDUCE_SCATTER_BASE, fingerprint(kReduceScatter, &out, how, -1),
-                opts.timeout, opts.asyncOp, {in}, {out}, [this, in, out, how](const Fingerprint& fp, Clock::time_point deadline) {
+                opts.timeout, opts.asyncOp, {in}, {out},
+                [this, in, out, how](const Fingerprint& fp, Clock::time_point deadline) {
                   runReduceScatterInto(out, in, how, fp, deadline);
                 });
 }

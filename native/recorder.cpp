@@ -5,6 +5,8 @@
 
 #include <pthread.h>
 
+#include <utility>
+
 namespace native {
 namespace {
 
@@ -68,10 +70,14 @@ int64_t FlightRecorder::record(const std::shared_ptr<RecordedGroup>& group, cons
     RecordedEntry entry;  // filled outside the lock: only the counters and the ring write are under it
     shapesOf(inputs, entry.inputSizes, entry.inputDtypes);
     shapesOf(outputs, entry.outputSizes, entry.outputDtypes);
-    char thread[16] = {0};
-    pthread_getname_np(pthread_self(), thread, sizeof(thread));
-    entry.threadName = thread;
-    entry.threadId = std::to_string(static_cast<uint64_t>(pthread_self()));
+    // asked once per thread: the name is a system call (the worker names itself before it records anything)
+    thread_local const std::pair<std::string, std::string> thread = [] {
+      char name[16] = {0};
+      pthread_getname_np(pthread_self(), name, sizeof(name));
+      return std::make_pair(std::string(name), std::to_string(static_cast<uint64_t>(pthread_self())));
+    }();
+    entry.threadName = thread.first;
+    entry.threadId = thread.second;
     entry.profilingName = std::move(name);
     entry.timeCreatedNs = nowNs();
     entry.timeoutMs = timeout.count();
