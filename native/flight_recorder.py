@@ -23,12 +23,38 @@ from backends.flight_recorders import RegisteredRecorder, register
 NAME = PREFIX = "native"
 
 
+UNNAMED_DESC = "undefined"  # c10d's description of a group nobody described, and the recorder's until it learns one
+
+
+def _torch_descriptions() -> dict[str, str]:
+    """torch's description of each live group, by group name.
+
+    Under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps native's Backend in its _ProcessGroupWrapper and describes the
+    wrapper (c10d's Backend::setGroupDesc is not virtual, so native's C++ never hears of it): the recorder then
+    knows every group as "undefined", and its pg_config would say 'desc': 'undefined' for the default group torch
+    calls 'default_pg'. Names reach native either way (create's group_name)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return {}
+    world = dist.distributed_c10d._world
+    return {name: group.group_desc for group, name in list(world.pg_names.items())}
+
+
 def dump(extension: ModuleType, pickled: bool) -> dict:
     """The extension's recorder as torch's JSON dump (``pickled`` False) or its pickled dump, unpickled (True)."""
     records = extension.flight_records()
-    entries = [dict(entry, profiling_name=f"{PREFIX}:{entry['profiling_name']}") for entry in records["entries"]]
-    groups = [flight_format.Group(g["name"], g["desc"], list(g["ranks"]), g["last_enqueued_collective"],
-                                  g["last_started_collective"], g["last_completed_collective"])
+    described = _torch_descriptions()
+
+    def desc(name: str, recorded: str) -> str:
+        return described.get(name, recorded) if recorded == UNNAMED_DESC else recorded
+
+    entries = [dict(entry, profiling_name=f"{PREFIX}:{entry['profiling_name']}",
+                    process_group=(entry["process_group"][0], desc(*entry["process_group"])))
+               for entry in records["entries"]]
+    groups = [flight_format.Group(g["name"], desc(g["name"], g["desc"]), list(g["ranks"]),
+                                  g["last_enqueued_collective"], g["last_started_collective"],
+                                  g["last_completed_collective"])
               for g in records["groups"]]
     return flight_format.dump(entries, groups, pickled, records["errors"])
 
