@@ -2,10 +2,12 @@
 
 torch 2.13 records flight-recorder entries from C++ only (``FlightRecorder<c10::Event>::record``,
 called by ProcessGroupGloo and ProcessGroupNCCL themselves), and torch._C._distributed_c10d binds no
-way to add an entry, so a backend written in Python (the reference) cannot record there. Such a backend
+way to add an entry, so a backend written in Python (the reference) cannot record there; nor can an
+out-of-tree C++ backend (native: libtorch keeps ``record`` a local symbol). Such a backend
 keeps a recorder of its own holding the same information and registers it here: a name and two
 callables that dump it as torch's ``_dump_fr_trace_json`` and ``_dump_fr_trace`` do (the JSON's dict,
-and the pickled dump's dict unpickled: the form torch's analyser ``fr_trace`` reads). The harness
+and the pickled dump's dict unpickled: the form torch's analyser ``fr_trace`` reads; the shape's one
+home is backends/flight_format.py). The harness
 (fixtures/flight_dump.py) merges every registered recorder with torch's in a hang report, and the
 flight-recorder clauses read them as "the backend's own recorder" (``recorder="backend"``).
 

@@ -10,6 +10,8 @@ reused afterwards::
     dist.all_reduce(t)
 
 For the suite it is a project backend like ``reference``: ``--backend native``.
+Its flight recorder is its own (torch's cannot be recorded into from an
+extension): flight_recorder.py registers it where the harness reads it.
 ``check_available`` builds the extension in the pytest controller before any
 rank starts, so ranks only load the finished library, and a compiler error
 becomes one skip reason instead of a traceback per case.
@@ -22,7 +24,9 @@ import torch.distributed as dist
 from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
                            SPLIT_NEEDS_ACCELERATOR, AfterTimeout, Availability, BackendSpec, Gap, ResourceBudget)
 
-from . import build
+from backends.flight_recorders import recorder_size
+
+from . import build, flight_recorder
 
 NAME = "native"
 
@@ -81,13 +85,22 @@ GAPS = (
         "group escapes the wrapper: \"AttributeError: 'torch._C._distributed_c10d.Backend' object has no "
         "attribute 'options'\" (torch 2.13)",
         env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
-    Gap({"flight_recorder": FLIGHT_RECORDER_PARTS},
+    Gap({"flight_recorder": FLIGHT_RECORDER_PARTS, "recorder": "torch"},
         "an out-of-tree C++ backend cannot record into torch 2.13's flight recorder: libtorch_cpu.so keeps "
         "FlightRecorder<c10::Event>::record() and the singleton get()::instance as local symbols, so an extension "
         "calling record() builds against FlightRecorder.hpp but fails to load ('undefined symbol: "
         "_ZN4c10d14FlightRecorderIN3c105EventEE6recordEm...'), and the definitions (FlightRecorderDetail.hpp) do "
         "not compile outside torch ('fatal error: nlohmann/json.hpp: No such file or directory'); even compiled, "
-        "they would fill the extension's own recorder, which _dump_fr_trace never reads: native records nothing",
+        "they would fill the extension's own recorder, which _dump_fr_trace never reads: native writes nothing "
+        "into torch's (it keeps its own instead, native/recorder.hpp, registered through "
+        "backends/flight_recorders.py by native/flight_recorder.py: the recorder=backend cases)",
+        torch=">=2.11,<2.15"),
+    Gap({"flight_recorder": "analyser", "recorder": "backend"},
+        "torch's fr_trace refuses every entry of a communication library it does not list: on native's own "
+        "recorder's dumps ('native:all_reduce') it fails with \"AssertionError: name formatting error? native not "
+        "in {...}\" (Op.__init__ in torch/distributed/flight_recorder/components/types.py; torch 2.13 lists nccl, "
+        "ncclx, xccl, gloo, rccl, rcclx, mccl and hccl); the copies a hang report keeps for fr_trace name those "
+        "calls 'gloo:' (fixtures/fr_trace_input.py) and fr_trace then names the missing rank",
         torch=">=2.11,<2.15"),
     LOCAL_SYNC_DESYNCS_GROUP_NAMES,
     Gap({"feature": "concurrent_group_creation"},
@@ -103,14 +116,18 @@ GAPS = (
 def _creator(planted_bug: str):
     def create(dist_options, backend_options):
         extension = build.load()
-        return extension.create(
+        backend = extension.create(
             dist_options.store,
             dist_options.group_rank,
             dist_options.group_size,
             dist_options.timeout.total_seconds(),
             [int(r) for r in dist_options.global_ranks_in_group],
             planted_bug=planted_bug,
+            group_name=dist_options.group_id,
+            recorder_size=recorder_size(),  # read by the process's first group only, as torch reads its own
         )
+        flight_recorder.register_recorder(extension)
+        return backend
     return create
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("segment.cpp", "collectives.cpp", "p2p.cpp", "work.cpp", "register.cpp")
-HEADERS = ("native.hpp",)
+SOURCES = ("segment.cpp", "collectives.cpp", "p2p.cpp", "work.cpp", "recorder.cpp", "register.cpp")
+HEADERS = ("native.hpp", "recorder.hpp")
 BUILD_ROOT = HERE / "build"
 # -fwrapv: integer reductions wrap around like torch's own same-width arithmetic
 CFLAGS = ("-O3", "-fwrapv", "-std=c++17")

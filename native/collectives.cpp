@@ -334,16 +334,36 @@ void NativeBackend::checkRoot(int64_t root, const char* what) const {
               " is not a rank of this group (0..", getSize() - 1, ")");
 }
 
+// A collective's flight-recorder name: a call torch's analyser fr_trace knows (its COLLECTIVES), which the
+// Python side prefixes with "native:" (native/flight_recorder.py).
+static const char* recordedName(OpCode op, c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::ALLREDUCE_COALESCED: return "allreduce_coalesced";
+    case c10d::OpType::_ALLGATHER_BASE: return "_all_gather_base";
+    case c10d::OpType::ALLGATHER_COALESCED: return "ALLGATHER_coalesced";
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return "_reduce_scatter_base";
+    case c10d::OpType::ALLTOALL_BASE: return "all_to_all_single";
+    case c10d::OpType::COALESCED:
+      return op == kAllgather ? "all_gather_into_tensor_coalesced" : "reduce_scatter_tensor_coalesced";
+    default: return opName(op);
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> NativeBackend::submit(OpCode op, c10d::OpType type, Fingerprint fp, Ms timeout,
-                                                     bool async, std::vector<at::Tensor> outputs, Job job) {
+                                                     bool async, const std::vector<at::Tensor>& inputs,
+                                                     std::vector<at::Tensor> outputs, Job job) {
   auto work = c10::make_intrusive<NativeWork>(getRank(), type, opName(op), std::move(outputs));
   work->timed = timing_.load();
   const Ms limit = timeout.count() > 0 ? timeout : timeout_;
   std::unique_lock<std::mutex> guard(queueLock_);
   TORCH_CHECK(!stopping_, "native: ", opName(op), " on a group that was shut down");
   fp.seq = ++seq_;
+  // under queueLock_: record ids follow the group's collective order
+  work->recordId = FlightRecorder::get().record(frGroup_, getGroupDesc(), recordedName(op, type), fp.seq, false,
+                                                inputs, work->outputs(), limit);
   if (coalescing_) coalesced_.push_back(work);
   std::function<void()> task = [this, work, fp, limit, job = std::move(job)] {
+    FlightRecorder::get().started(work->recordId);
     noticePeerTimeout();
     if (broken_) {
       work->fail(std::make_exception_ptr(
@@ -493,7 +513,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::endCoalescing() {
 // ------------------------------------------------------------ collectives
 c10::intrusive_ptr<c10d::Work> NativeBackend::barrier(const c10d::BarrierOptions& opts) {
   const int n = getSize();
-  return submit(kBarrier, c10d::OpType::BARRIER, fingerprint(kBarrier, nullptr, -1, -1), opts.timeout, opts.asyncOp, {},
+  return submit(kBarrier, c10d::OpType::BARRIER, fingerprint(kBarrier, nullptr, -1, -1), opts.timeout, opts.asyncOp,
+                {}, {},
                 [this, n](const Fingerprint& fp, Clock::time_point deadline) { exchange(blank(n), fp, deadline); });
 }
 
@@ -502,7 +523,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::broadcast(std::vector<at::Tensor>&
   const at::Tensor t = single(tensors, "broadcast");
   const int root = static_cast<int>(opts.rootRank);
   checkRoot(opts.rootRank, "broadcast");
-  return submit(kBroadcast, c10d::OpType::BROADCAST, fingerprint(kBroadcast, &t, -1, root), opts.timeout, opts.asyncOp, {t},
+  return submit(kBroadcast, c10d::OpType::BROADCAST, fingerprint(kBroadcast, &t, -1, root), opts.timeout, opts.asyncOp,
+                {t}, {t},
                 [this, t, root](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   at::Tensor buf = getRank() == root ? t.contiguous() : landing(t);
@@ -595,7 +617,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::allreduce(std::vector<at::Tensor>&
   const at::Tensor t = single(tensors, "all_reduce");
   const Reduction how = makeReduction(opts.reduceOp, t.scalar_type(), getSize());
   return submit(kAllreduce, c10d::OpType::ALLREDUCE, fingerprint(kAllreduce, &t, how, -1), opts.timeout, opts.asyncOp,
-                {t}, [this, t, how](const Fingerprint& fp, Clock::time_point deadline) {
+                {t}, {t}, [this, t, how](const Fingerprint& fp, Clock::time_point deadline) {
                   at::Tensor buf = t.contiguous();
                   runAllreduce(buf, how, fp, deadline);
                   land(t, buf);
@@ -612,7 +634,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::allreduceSparse(const at::Tensor& 
               opText(opts.reduceOp.op_));
   const Reduction how = makeReduction(opts.reduceOp, t.scalar_type(), getSize());
   return submit(kAllreduce, c10d::OpType::ALLREDUCE, fingerprint(kAllreduce, &t, how, -1), opts.timeout, opts.asyncOp,
-                {t}, [this, t](const Fingerprint& fp, Clock::time_point deadline) {
+                {t}, {t}, [this, t](const Fingerprint& fp, Clock::time_point deadline) {
                   runSparseAllreduce(t, fp, deadline);
                 });
 }
@@ -673,7 +695,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::allreduce_coalesced(std::vector<at
   std::vector<at::Tensor> list = tensors;
   at::Tensor shape = at::empty({0}, tensors[0].options());
   return submit(kAllreduce, c10d::OpType::ALLREDUCE_COALESCED, fingerprint(kAllreduce, &shape, how, -1), opts.timeout,
-                opts.asyncOp, list, [this, list, how](const Fingerprint& fp, Clock::time_point deadline) {
+                opts.asyncOp, list, list, [this, list, how](const Fingerprint& fp, Clock::time_point deadline) {
                   std::vector<at::Tensor> flat;
                   for (auto& t : list) flat.push_back(t.reshape({-1}));
                   at::Tensor buf = at::cat(flat);
@@ -691,7 +713,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::reduce(std::vector<at::Tensor>& te
   const int root = static_cast<int>(opts.rootRank);
   checkRoot(opts.rootRank, "reduce");
   const Reduction how = makeReduction(opts.reduceOp, t.scalar_type(), getSize());
-  return submit(kReduce, c10d::OpType::REDUCE, fingerprint(kReduce, &t, how, root), opts.timeout, opts.asyncOp, {t},
+  return submit(kReduce, c10d::OpType::REDUCE, fingerprint(kReduce, &t, how, root), opts.timeout, opts.asyncOp,
+                {t}, {t},
                 [this, t, how, root](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   at::Tensor buf = t.contiguous();
@@ -710,7 +733,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::allgather(std::vector<std::vector<
   TORCH_CHECK(outputs.size() == 1, "native: all_gather takes one output list per rank, got ", outputs.size());
   const std::vector<at::Tensor> outs = outputs[0];
   checkList(outs, getSize(), in, "all_gather output list");
-  return submit(kAllgather, c10d::OpType::ALLGATHER, fingerprint(kAllgather, &in, -1, -1), opts.timeout, opts.asyncOp, outs,
+  return submit(kAllgather, c10d::OpType::ALLGATHER, fingerprint(kAllgather, &in, -1, -1), opts.timeout, opts.asyncOp,
+                {in}, outs,
                 [this, in, outs](const Fingerprint& fp, Clock::time_point deadline) {
                   runAllgatherList(outs, in, fp, deadline);
                 });
@@ -762,7 +786,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::allgather_coalesced(std::vector<st
   const std::vector<at::Tensor> ins = inputs;
   Fingerprint fp = fingerprint(kAllgather, &ins[0], -1, -1);
   fp.tensors = static_cast<int32_t>(ins.size());
-  return submit(kAllgather, c10d::OpType::ALLGATHER_COALESCED, fp, opts.timeout, opts.asyncOp, all,
+  return submit(kAllgather, c10d::OpType::ALLGATHER_COALESCED, fp, opts.timeout, opts.asyncOp, ins, all,
                 [this, ins, perInput](const Fingerprint& fp, Clock::time_point deadline) {
                   for (size_t i = 0; i < ins.size(); ++i) {
                     Fingerprint step = fp;
@@ -780,7 +804,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::_allgather_base(at::Tensor& output
               "native: all_gather_into_tensor output ", output.scalar_type(), " ", output.sizes(), " is not ",
               getSize(), " x input ", input.scalar_type(), " ", input.sizes());
   const at::Tensor out = output, in = input;
-  return submit(kAllgather, c10d::OpType::_ALLGATHER_BASE, fingerprint(kAllgather, &in, -1, -1), opts.timeout, opts.asyncOp, {out},
+  return submit(kAllgather, c10d::OpType::_ALLGATHER_BASE, fingerprint(kAllgather, &in, -1, -1), opts.timeout,
+                opts.asyncOp, {in}, {out},
                 [this, in, out](const Fingerprint& fp, Clock::time_point deadline) {
                   runAllgatherInto(out, in, fp, deadline);
                 });
@@ -810,7 +835,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::allgather_into_tensor_coalesced(st
   const std::vector<at::Tensor> outs = outputs, ins = inputs;
   Fingerprint fp = fingerprint(kAllgather, &ins[0], -1, -1);
   fp.tensors = static_cast<int32_t>(ins.size());
-  return submit(kAllgather, c10d::OpType::COALESCED, fp, opts.timeout, opts.asyncOp, outs,
+  return submit(kAllgather, c10d::OpType::COALESCED, fp, opts.timeout, opts.asyncOp, ins, outs,
                 [this, outs, ins](const Fingerprint& fp, Clock::time_point deadline) {
                   for (size_t i = 0; i < ins.size(); ++i) {
                     Fingerprint step = fp;
@@ -834,7 +859,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::gather(std::vector<std::vector<at:
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "native: gather: only the root passes an output list");
   }
-  return submit(kGather, c10d::OpType::GATHER, fingerprint(kGather, &in, -1, root), opts.timeout, opts.asyncOp, outs,
+  return submit(kGather, c10d::OpType::GATHER, fingerprint(kGather, &in, -1, root), opts.timeout, opts.asyncOp,
+                {in}, outs,
                 [this, in, outs, root](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   at::Tensor src = in.contiguous();
@@ -867,7 +893,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::scatter(std::vector<at::Tensor>& o
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "native: scatter: only the root passes an input list");
   }
-  return submit(kScatter, c10d::OpType::SCATTER, fingerprint(kScatter, &out, -1, root), opts.timeout, opts.asyncOp, {out},
+  return submit(kScatter, c10d::OpType::SCATTER, fingerprint(kScatter, &out, -1, root), opts.timeout, opts.asyncOp,
+                ins, {out},
                 [this, ins, out, root](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   std::vector<at::Tensor> srcs;
@@ -894,7 +921,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::reduce_scatter(std::vector<at::Ten
   checkList(ins, getSize(), out, "reduce_scatter input list");
   const Reduction how = makeReduction(opts.reduceOp, out.scalar_type(), getSize());
   return submit(kReduceScatter, c10d::OpType::REDUCE_SCATTER, fingerprint(kReduceScatter, &out, how, -1), opts.timeout,
-                opts.asyncOp, {out}, [this, ins, out, how](const Fingerprint& fp, Clock::time_point deadline) {
+                opts.asyncOp, ins, {out}, [this, ins, out, how](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   std::vector<at::Tensor> srcs;
                   at::Tensor buf = landing(out);
@@ -919,7 +946,8 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::_reduce_scatter_base(at::Tensor& o
   const Reduction how = makeReduction(opts.reduceOp, output.scalar_type(), getSize());
   const at::Tensor out = output, in = input;
   return submit(kReduceScatter, c10d::OpType::_REDUCE_SCATTER_BASE, fingerprint(kReduceScatter, &out, how, -1),
-                opts.timeout, opts.asyncOp, {out}, [this, in, out, how](const Fingerprint& fp, Clock::time_point deadline) {
+                opts.timeout, opts.asyncOp, {in}, {out},
+                [this, in, out, how](const Fingerprint& fp, Clock::time_point deadline) {
                   runReduceScatterInto(out, in, how, fp, deadline);
                 });
 }
@@ -947,7 +975,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::reduce_scatter_tensor_coalesced(st
   const std::vector<at::Tensor> outs = outputs, ins = inputs;
   Fingerprint fp = fingerprint(kReduceScatter, &outs[0], hows[0], -1);
   fp.tensors = static_cast<int32_t>(outs.size());
-  return submit(kReduceScatter, c10d::OpType::COALESCED, fp, opts.timeout, opts.asyncOp, outs,
+  return submit(kReduceScatter, c10d::OpType::COALESCED, fp, opts.timeout, opts.asyncOp, ins, outs,
                 [this, outs, ins, hows](const Fingerprint& fp, Clock::time_point deadline) {
                   for (size_t i = 0; i < outs.size(); ++i) {
                     Fingerprint step = fp;
@@ -988,7 +1016,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::alltoall_base(at::Tensor& output, 
   Fingerprint fp = fingerprint(kAlltoall, &in, -1, -1);
   fp.ndim = 0;  // ranks may send different numbers of rows: the split sizes are checked instead
   for (auto& d : fp.shape) d = -1;
-  return submit(kAlltoall, c10d::OpType::ALLTOALL_BASE, fp, opts.timeout, opts.asyncOp, {out},
+  return submit(kAlltoall, c10d::OpType::ALLTOALL_BASE, fp, opts.timeout, opts.asyncOp, {in}, {out},
                 [this, in, out, ins, outs](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   at::Tensor src = in.contiguous(), buf = landing(out);
@@ -1027,7 +1055,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::alltoall(std::vector<at::Tensor>& 
   Fingerprint fp = fingerprint(kAlltoall, &ins[0], -1, -1);
   fp.ndim = 0;
   for (auto& d : fp.shape) d = -1;
-  return submit(kAlltoall, c10d::OpType::ALLTOALL, fp, opts.timeout, opts.asyncOp, outs,
+  return submit(kAlltoall, c10d::OpType::ALLTOALL, fp, opts.timeout, opts.asyncOp, ins, outs,
                 [this, ins, outs](const Fingerprint& fp, Clock::time_point deadline) {
                   const int n = getSize();
                   std::vector<at::Tensor> srcs, bufs;

@@ -16,6 +16,8 @@
 //   work.cpp         NativeWork: a c10d::Work with a future, completed by the
 //                    group's worker thread (or the thread waiting for it) once
 //                    the data has landed; its duration under collectives timing.
+//   recorder.hpp/cpp the flight recorder: one entry per collective and p2p call
+//                    in a ring, marked started/completed as its Work runs.
 //   register.cpp     construction/destruction (and shrinking) of a group and the
 //                    Python module.
 //
@@ -34,6 +36,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "recorder.hpp"
 
 #include <sched.h>
 
@@ -79,6 +83,7 @@ enum class PlantedBug : int {
   abort_waits,        // abort() leaves a collective waiting until its deadline (segment.cpp)
   shrink_ignores_options,     // a shrunk group keeps its parent's timeout over its options (register.cpp)
   shrink_waits_for_excluded,  // a shrunk group still counts the ranks it excluded (register.cpp)
+  fr_never_completed,  // flight-recorder entries are never marked completed (work.cpp)
 };
 
 // Process-wide, not per group: the reduction kernels and makeReduction have no
@@ -301,6 +306,7 @@ class NativeWork : public c10d::Work {
   void markStarted();  // the worker starts running it (timed Works only)
   const std::vector<at::Tensor>& outputs() const { return outputs_; }
   bool timed = false;  // set before the Work is queued
+  int64_t recordId = -1;  // its flight-recorder entry (recorder.hpp), -1: none; set before anyone can finish it
 
   // Called by whoever finished the operation, after every byte is in place.
   void complete(int source = -1);
@@ -317,6 +323,7 @@ class NativeWork : public c10d::Work {
   const std::string what;
 
  private:
+  void recordCompletion();
   mutable std::mutex lock_;
   std::condition_variable doneCv_;
   bool done_ = false;
@@ -355,11 +362,14 @@ struct RingReader {          // receiver-side parse state of one incoming ring
 // ---------------------------------------------------------------- backend
 class NativeBackend : public c10d::Backend {
  public:
+  // groupName: c10d's name for the group, if known now (setGroupUid names it later otherwise)
   NativeBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Ms timeout,
-                std::vector<int64_t> globalRanks);
+                std::vector<int64_t> globalRanks, const std::string& groupName = "");
   ~NativeBackend() override;
 
   const std::string getBackendName() const override { return "native"; }
+  // c10d names the group after making it (ProcessGroup::setGroupName): the recorder's entries and pg_config use it
+  void setGroupUid(const std::string& pgUid) override;
   c10::intrusive_ptr<Options> getBackendOptions() override;
   void setTimeout(Ms timeout) override { timeout_ = timeout; }
   // c10d sequence numbers: one per collective issued on this group, the same on every rank
@@ -436,8 +446,10 @@ class NativeBackend : public c10d::Backend {
  private:
   // collectives.cpp
   using Job = std::function<void(const Fingerprint&, Clock::time_point deadline)>;
+  // inputs: only for the flight recorder's sizes and dtypes
   c10::intrusive_ptr<c10d::Work> submit(OpCode op, c10d::OpType type, Fingerprint fp, Ms timeout, bool async,
-                                        std::vector<at::Tensor> outputs, Job job);
+                                        const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+                                        Job job);
   Fingerprint fingerprint(OpCode op, const at::Tensor* t, int reduce, int root) const;
   Fingerprint fingerprint(OpCode op, const at::Tensor* t, const Reduction& how, int root) const;
   void checkRoot(int64_t root, const char* what) const;
@@ -487,6 +499,8 @@ class NativeBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> postRecv(at::Tensor& tensor, int src, int tag);
   void checkPeer(int peer, const char* what) const;
   void track(const c10::intrusive_ptr<NativeWork>& work);  // joins the coalesced Works, if coalescing
+  // the flight-recorder entry of a p2p call just issued, marked started (a p2p call runs at once)
+  void recordP2P(NativeWork& work, const std::string& name, const at::Tensor& tensor);
 
   // state
   c10::intrusive_ptr<c10d::Store> store_;
@@ -512,6 +526,7 @@ class NativeBackend : public c10d::Backend {
   bool coalescing_ = false; // between startCoalescing and endCoalescing (under queueLock_)
   std::vector<c10::intrusive_ptr<NativeWork>> coalesced_;  // the Works issued meanwhile
   std::atomic<bool> timing_{false};
+  std::shared_ptr<RecordedGroup> frGroup_;  // how the flight recorder knows this group (recorder.hpp)
 
   // p2p
   std::mutex p2pLock_;

@@ -213,6 +213,14 @@ void NativeBackend::finishRecv(const std::shared_ptr<PostedRecv>& recv, const ch
   recv->work->complete(src);
 }
 
+// torch's analyser reads a p2p call's ranks from its name: "send <from>-><to>", "recv <to><-<from>" (group ranks;
+// from any source: -1)
+void NativeBackend::recordP2P(NativeWork& work, const std::string& name, const at::Tensor& tensor) {
+  auto& recorder = FlightRecorder::get();
+  work.recordId = recorder.record(frGroup_, getGroupDesc(), name, 0, true, {tensor}, {tensor}, timeout_);
+  recorder.started(work.recordId);
+}
+
 c10::intrusive_ptr<c10d::Work> NativeBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   TORCH_CHECK(tensors.size() == 1, "native: send takes exactly one tensor, got ", tensors.size());
   checkPeer(dst, "send to");
@@ -220,6 +228,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::send(std::vector<at::Tensor>& tens
   TORCH_CHECK(t.device().is_cpu() && t.layout() == at::kStrided, "native: send needs a dense CPU tensor");
   auto work = c10::make_intrusive<NativeWork>(getRank(), c10d::OpType::SEND, describe("send to", dst, tag),
                                               std::vector<at::Tensor>{t});
+  recordP2P(*work, "send " + std::to_string(getRank()) + "->" + std::to_string(dst), t);
   track(work);
   const at::Tensor src = t.contiguous();
   const uint64_t bytes = src.nbytes();
@@ -309,6 +318,7 @@ c10::intrusive_ptr<c10d::Work> NativeBackend::postRecv(at::Tensor& tensor, int s
   recv->work = c10::make_intrusive<NativeWork>(getRank(), src < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV,
                                                describe("recv from", src, tag), std::vector<at::Tensor>{tensor});
   recv->work->waitLimit = timeout_;
+  recordP2P(*recv->work, "recv " + std::to_string(getRank()) + "<-" + std::to_string(src), tensor);
   track(recv->work);
   std::weak_ptr<PostedRecv> weak = recv;
   recv->work->cancel = [this, weak] {

@@ -16,17 +16,29 @@
 namespace native {
 
 NativeBackend::NativeBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Ms timeout,
-                             std::vector<int64_t> globalRanks)
+                             std::vector<int64_t> globalRanks, const std::string& groupName)
     : c10d::Backend(rank, size), store_(store), timeout_(timeout), globalRanks_(std::move(globalRanks)) {
   TORCH_CHECK(size >= 1 && size <= kMaxRanks, "native: a group has 1..", kMaxRanks, " ranks, not ", size);
   TORCH_CHECK(timeout.count() > 0, "native: the group timeout must be positive");
   segment_ = std::make_unique<Segment>(store, rank, size, timeout);
   initSync();
+  std::vector<int64_t> ranks = globalRanks_;  // the default group comes without them: every rank
+  if (ranks.empty())
+    for (int r = 0; r < size; ++r) ranks.push_back(r);
+  frGroup_ = FlightRecorder::get().addGroup(this, groupName, std::move(ranks));
   worker_ = std::thread([this] { workerLoop(); });
   startP2P();
 }
 
-NativeBackend::~NativeBackend() { shutdown(); }
+NativeBackend::~NativeBackend() {
+  shutdown();
+  if (frGroup_) FlightRecorder::get().forget(frGroup_);
+}
+
+void NativeBackend::setGroupUid(const std::string& pgUid) {
+  c10d::Backend::setGroupUid(pgUid);
+  if (frGroup_) FlightRecorder::get().rename(frGroup_, pgUid);
+}
 
 void NativeBackend::abort() {
   aborted_.store(true);
@@ -102,7 +114,8 @@ namespace {
 // The names create(planted_bug=...) takes, in PlantedBug's order (native.hpp).
 constexpr const char* kPlantedBugNames[] = {"none", "skip_last_rank", "early_completion", "no_timeout",
                                              "any_source_rank0", "premul_first_only", "complex_as_real",
-                                             "abort_waits", "shrink_ignores_options", "shrink_waits_for_excluded"};
+                                             "abort_waits", "shrink_ignores_options", "shrink_waits_for_excluded",
+                                             "fr_never_completed"};
 
 native::PlantedBug plantedBugNamed(const std::string& name) {
   std::string known;
@@ -112,7 +125,7 @@ native::PlantedBug plantedBugNamed(const std::string& name) {
   }
   throw py::value_error("native: unknown planted bug '" + name + "'; known: " + known);
 }
-static_assert(std::size(kPlantedBugNames) == static_cast<size_t>(native::PlantedBug::shrink_waits_for_excluded) + 1,
+static_assert(std::size(kPlantedBugNames) == static_cast<size_t>(native::PlantedBug::fr_never_completed) + 1,
               "a name for each PlantedBug");
 }  // namespace
 
@@ -121,13 +134,73 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "create",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeoutSeconds,
-         std::vector<int64_t> globalRanks, const std::string& plantedBug) -> c10::intrusive_ptr<c10d::Backend> {
+         std::vector<int64_t> globalRanks, const std::string& plantedBug, const std::string& groupName,
+         int64_t recorderSize) -> c10::intrusive_ptr<c10d::Backend> {
         native::gPlantedBug.store(plantedBugNamed(plantedBug));  // before the group exists: it runs with it
+        native::FlightRecorder::get().sizeOnce(recorderSize);    // the process's first group sizes it
         return c10::make_intrusive<native::NativeBackend>(
-            store, rank, size, native::Ms(static_cast<int64_t>(timeoutSeconds * 1000)), std::move(globalRanks));
+            store, rank, size, native::Ms(static_cast<int64_t>(timeoutSeconds * 1000)), std::move(globalRanks),
+            groupName);
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"), py::arg("global_ranks"),
-      py::arg("planted_bug") = "none", py::call_guard<py::gil_scoped_release>());
+      py::arg("planted_bug") = "none", py::arg("group_name") = "", py::arg("recorder_size") = 0,
+      py::call_guard<py::gil_scoped_release>());
+  // the flight recorder's contents, as plain data: native/flight_recorder.py formats them as torch's dumps
+  m.def("flight_records", [] {
+    native::FlightRecorder::Snapshot snap;
+    {
+      py::gil_scoped_release release;  // the recorder's lock is taken by threads that never need the GIL
+      snap = native::FlightRecorder::get().snapshot();
+    }
+    auto sizes = [](const std::vector<std::vector<int64_t>>& all) {
+      py::list out;
+      for (const auto& s : all) out.append(py::cast(s));
+      return out;
+    };
+    static const char* kStates[] = {"scheduled", "started", "completed"};
+    py::list entries;
+    for (const auto& e : snap.entries) {
+      py::dict d;
+      d["record_id"] = e.recordId;
+      d["pg_id"] = e.group->pgId;
+      d["process_group"] = py::make_tuple(e.pgName, e.pgDesc);
+      d["thread_name"] = e.threadName;
+      d["thread_id"] = e.threadId;
+      d["collective_seq_id"] = e.collectiveSeqId;
+      d["p2p_seq_id"] = e.p2pSeqId;
+      d["op_id"] = e.opId;
+      d["profiling_name"] = e.profilingName;
+      d["time_created_ns"] = e.timeCreatedNs;
+      d["input_sizes"] = sizes(e.inputSizes);
+      d["input_dtypes"] = py::cast(e.inputDtypes);
+      d["output_sizes"] = sizes(e.outputSizes);
+      d["output_dtypes"] = py::cast(e.outputDtypes);
+      d["state"] = kStates[static_cast<int>(e.state)];
+      d["time_discovered_started_ns"] = e.timeStartedNs ? py::cast(e.timeStartedNs) : py::none();
+      d["time_discovered_completed_ns"] = e.timeCompletedNs ? py::cast(e.timeCompletedNs) : py::none();
+      d["retired"] = e.state == native::EntryState::completed;
+      d["timeout_ms"] = e.timeoutMs;
+      d["is_p2p"] = e.isP2p;
+      entries.append(d);
+    }
+    py::list groups;
+    for (const auto& g : snap.groups) {
+      py::dict d;
+      d["name"] = g.name;
+      d["desc"] = g.desc;
+      d["ranks"] = py::cast(g.ranks);
+      d["last_enqueued_collective"] = g.enqueued;
+      d["last_started_collective"] = g.started;
+      d["last_completed_collective"] = g.completed;
+      groups.append(d);
+    }
+    py::dict out;
+    out["capacity"] = snap.capacity;
+    out["errors"] = snap.errors;
+    out["entries"] = entries;
+    out["groups"] = groups;
+    return out;
+  });
   // the seeded bugs this build can plant (create's planted_bug), and the one this process runs with
   py::list names;
   for (const char* name : kPlantedBugNames) names.append(name);

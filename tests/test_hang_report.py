@@ -166,9 +166,12 @@ def hang(registry, backend: str, world_size: int, evidence, rank_env: dict | Non
     return info.value
 
 
-@pytest.mark.parametrize("backend", ["gloo", "reference"])
+@pytest.mark.parametrize("backend", ["gloo", "reference", "native"])
 def test_hang_names_the_missing_rank_and_keeps_the_dumps(registry, tmp_path, backend):
-    """gloo records into torch's recorder; the reference into its own, registered (backends/flight_recorders.py)."""
+    """gloo records into torch's recorder; the reference and native into their own, registered
+    (backends/flight_recorders.py)."""
+    if backend == "native":
+        _native_built()
     failure = hang(registry, backend, 3, tmp_path / "evidence")
     text = str(failure)
     summary = failure.hang_summary
@@ -186,13 +189,23 @@ def test_hang_names_the_missing_rank_and_keeps_the_dumps(registry, tmp_path, bac
         with open(tmp_path / "evidence" / f"rank_{rank}", "rb") as fh:
             assert pickle.load(fh)["entries"]  # torch's pickled dump, for fr_trace --prefix rank_
     # torch's analyser reads the kept dumps (as gloo wrote them it fails with "KeyError: ('0', 0)"; the reference's
-    # names are relabelled for it: fixtures/fr_trace_input.py)
+    # and native's names are relabelled for it: fixtures/fr_trace_input.py)
     analysed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
                                str(tmp_path / "evidence"), "--prefix", "rank_"], capture_output=True, text=True,
                               timeout=120)
     output = analysed.stdout + analysed.stderr
     assert analysed.returncode == 0, output
     assert "missing ranks: {1}" in output and f"sequence number: {seq}" in output, output
+
+
+def _native_built() -> None:
+    """The native extension, built here (once per checkout, minutes) rather than inside a rank's deadline."""
+    from native import build
+
+    try:
+        build.load()
+    except build.BuildFailed as exc:
+        pytest.fail(f"the native extension does not build: {exc}")
 
 
 def test_ranks_still_running_after_a_failure_get_the_report_too(registry):

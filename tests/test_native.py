@@ -8,6 +8,9 @@
   a barrier, a receive or a send makes every survivor's call fail within a few
   seconds (the group timeout is a minute), naming the dead rank; the
   survivors can still destroy the group, and nothing is left in /dev/shm.
+* Its own flight recorder (torch's cannot be recorded into from an extension):
+  one entry per collective and p2p call, "completed" once its Work finished
+  (failed too), bounded by TORCH_FR_BUFFER_SIZE (0: off).
 * Build: a compiler error becomes one line naming the first error, reported
   as the backend's unavailability, and is not retried per case. One build
   serves the real backend and every seeded bug: the bug is planted at run
@@ -131,7 +134,91 @@ def dead_peer_rank(store_path: str, rank: int, world_size: int, scenario: str, v
         json.dump({"error": error, "elapsed": elapsed, "after": _snapshot()}, fh)
 
 
+def recorder_rank(store_path: str, rank: int, world_size: int, size: str, out_path: str) -> None:
+    """One rank of two, with TORCH_FR_BUFFER_SIZE=``size``: an all_reduce and a broadcast, a send (rank 0) and
+    its recv (rank 1), then an all_reduce of a 0.5 s group rank 1 stays away from (rank 0's fails); then native's
+    own flight recorder as both dumps (native/flight_recorder.py)."""
+    os.environ["TORCH_FR_BUFFER_SIZE"] = size  # read when the process makes its first native group
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from native import build, flight_recorder
+
+    store = dist.FileStore(store_path, world_size)
+    dist.init_process_group("native", store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+    dist.all_reduce(torch.ones(4))
+    dist.broadcast(torch.zeros(2, 3, dtype=torch.int64), 0)
+    if rank == 0:
+        dist.send(torch.ones(5), 1)
+    else:
+        dist.recv(torch.empty(5), 0)
+    short = dist.new_group(timeout=timedelta(seconds=0.5))
+    error = None
+    if rank == 0:
+        try:
+            dist.all_reduce(torch.ones(1), group=short)
+        except Exception as exc:  # noqa: BLE001  (the expected timeout)
+            error = str(exc)
+        store.set("failed", "1")
+    else:
+        store.wait(["failed"])
+    extension = build.load()
+    pickled = flight_recorder.dump(extension, pickled=True)
+    with open(out_path, "w") as fh:
+        json.dump({"json": flight_recorder.dump(extension, pickled=False), "error": error,
+                   "short": short.group_name,
+                   "pickled_types": sorted({type(e["process_group"]).__name__ for e in pickled["entries"]}
+                                           | {type(row["last_enqueued_collective"]).__name__
+                                              for row in pickled["pg_status"].values()})}, fh)
+
+
 # ------------------------------------------------------------------ tests
+@pytest.mark.parametrize("size", ["2000", "1", "0"])
+def test_own_flight_recorder_records_every_call(tmp_path, size):
+    """native's own recorder (native/recorder.hpp): one entry per collective and p2p call with torch's fields, every
+    waited call "completed" (a failed one too), pg_status and pg_config per group; TORCH_FR_BUFFER_SIZE bounds the
+    ring (1: the last entry only) and 0 turns it off."""
+    pytest.importorskip("torch")
+    _built()
+    results = _run_ranks(tmp_path, 2, "recorder_rank", size)
+    seen = []
+    for rank, (code, output, _) in enumerate(results):
+        assert code == 0, f"rank {rank} exited {code}:\n{output[-3000:]}"
+        with open(tmp_path / f"rank{rank}.json") as fh:
+            seen.append(json.load(fh))
+    assert seen[0]["error"] and "timed out" in seen[0]["error"], seen[0]["error"]
+    short = seen[0]["short"]
+    if size == "0":
+        assert all(s["json"]["entries"] == [] for s in seen), [s["json"]["entries"] for s in seen]
+        return
+    dump = seen[0]["json"]
+    if size == "1":  # the ring holds the newest entry only: rank 0's failed all_reduce
+        (entry,) = dump["entries"]
+        assert (entry["profiling_name"], entry["process_group"][0], entry["state"]) == \
+            ("native:all_reduce", short, "completed") and entry["record_id"] > 0, entry
+        return
+    default = [e for e in dump["entries"] if e["process_group"] == ["0", "default_pg"]][-3:]
+    assert [e["profiling_name"] for e in default] == ["native:all_reduce", "native:broadcast", "native:send 0->1"]
+    reduce, bcast, send = default
+    assert (reduce["input_sizes"], reduce["input_dtypes"], bcast["output_sizes"], bcast["output_dtypes"]) == \
+        ([[4]], ["Float"], [[2, 3]], ["Long"])
+    assert bcast["collective_seq_id"] == reduce["collective_seq_id"] + 1
+    assert (send["is_p2p"], send["p2p_seq_id"], send["collective_seq_id"]) == (True, 1, bcast["collective_seq_id"])
+    (recv,) = [e for e in seen[1]["json"]["entries"] if e["is_p2p"]]
+    assert (recv["profiling_name"], recv["p2p_seq_id"]) == ("native:recv 1<-0", 1)
+    (failed,) = [e for e in dump["entries"] if e["process_group"][0] == short]
+    assert failed["collective_seq_id"] == 1 and failed["timeout_ms"] == 500
+    for entry in dump["entries"] + seen[1]["json"]["entries"]:
+        assert entry["state"] == "completed" and entry["retired"] and entry["time_discovered_completed_ns"] > 0, entry
+    assert dump["pg_status"][short] == {"last_enqueued_collective": "1", "last_started_collective": "1",
+                                        "last_completed_collective": "1"}
+    assert dump["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}
+    assert dump["pg_config"][short]["ranks"] == "[0, 1]"
+    assert seen[0]["pickled_types"] == ["int", "tuple"]  # torch's pickled form: a tuple group, numbers as ints
+
+
 def _run_ranks(tmp_path, world_size: int, function: str, *args, timeout: float = 180) -> list:
     """Start ``world_size`` rank processes running ``tests.test_native.<function>``; their (returncode, output, pid)."""
     procs = []

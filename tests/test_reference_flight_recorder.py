@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from backends import flight_recorders
-from backends.reference.flight_recorder import FlightRecorder, dtype_name
+from backends.flight_format import dtype_name
+from backends.reference.flight_recorder import FlightRecorder
 from fixtures import flight_dump
 
 

@@ -24,7 +24,8 @@ read it. Like torch's recorder:
   ``pg_status`` (each group's last enqueued, started and completed collective).
 
 Recording is a small object and a deque append per call, and never fails the
-call: an error while recording is counted and shown in the dump instead.
+call: an error while recording is counted and shown in the dump instead. The
+dumps' shape is torch's, from backends/flight_format.py (shared with native).
 """
 
 from __future__ import annotations
@@ -35,23 +36,11 @@ import itertools
 import threading
 import time
 
-import torch
-
+from backends import flight_format
+from backends.flight_format import dtype_name
 from backends.flight_recorders import RegisteredRecorder, recorder_size, register
 
 PREFIX = "reference"
-DUMP_VERSION = "2.10"  # the format version torch 2.13's dumps carry; torch's own is used when it answers
-
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """c10::toString(ScalarType), as torch's dumps spell a dtype ("Float", "Long", "ComplexHalf")."""
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = torch.empty(0, dtype=dtype).type()[len("torch."):-len("Tensor")]  # torch.FloatTensor -> Float
-        _DTYPE_NAMES[dtype] = name
-    return name
 
 
 class RecordedGroup:
@@ -106,7 +95,6 @@ class FlightRecorder:
         self.errors = 0  # recording errors swallowed so that the call went on
         self._record_ids = itertools.count()
         self._pg_ids = itertools.count()
-        self._version: str | None = None
 
     # ------------------------------------------------------------ recording
     def group(self, global_ranks: list[int]) -> RecordedGroup:
@@ -178,49 +166,22 @@ class FlightRecorder:
             self.errors += 1
 
     # ------------------------------------------------------------- dumping
-    def _dump_version(self) -> str:
-        """The format version torch's own dumps carry (asked once), so fr_trace reads ours the same way."""
-        if self._version is None:
-            try:
-                import json
-
-                import torch._C._distributed_c10d as c10d
-
-                dumped = getattr(c10d, "_dump_fr_trace_json")(False, True)  # noqa: B009 - not in torch's stubs
-                self._version = str(json.loads(dumped).get("version", DUMP_VERSION))
-            except Exception:  # noqa: BLE001 - an older torch without the binding: the format we match
-                self._version = DUMP_VERSION
-        return self._version
-
     def dump(self, pickled: bool) -> dict:
-        """The recorder as torch's JSON dump (``pickled`` False) or its pickled dump, unpickled (True)."""
+        """The recorder as torch's JSON dump (``pickled`` False) or its pickled dump, unpickled (True):
+        backends/flight_format.py."""
         entries = list(self.entries)  # one C-level copy: safe while other threads append
-        groups = dict(self.groups)
-        unset = None if pickled else 0
-        number = (lambda n: n) if pickled else str
-        dump: dict = {
-            "version": self._dump_version(),
-            "comm_lib_version": "",
-            "pg_config": {name: {"name": name, "desc": g.desc, "ranks": str(g.ranks)} for name, g in groups.items()},
-            "pg_status": {name: {"last_enqueued_collective": number(g.enqueued),
-                                 "last_started_collective": number(g.started),
-                                 "last_completed_collective": number(g.completed)} for name, g in groups.items()},
-            "entries": [{
-                "record_id": e.record_id, "pg_id": e.group.pg_id,
-                "process_group": e.process_group if pickled else list(e.process_group),
-                "thread_name": e.thread_name, "thread_id": e.thread_id,
-                "collective_seq_id": e.collective_seq_id, "p2p_seq_id": e.p2p_seq_id, "op_id": e.op_id,
-                "profiling_name": e.profiling_name, "time_created_ns": e.time_created_ns,
-                "input_sizes": e.input_sizes, "input_dtypes": e.input_dtypes,
-                "output_sizes": e.output_sizes, "output_dtypes": e.output_dtypes, "state": e.state,
-                "time_discovered_started_ns": e.time_started_ns if e.time_started_ns is not None else unset,
-                "time_discovered_completed_ns": e.time_completed_ns if e.time_completed_ns is not None else unset,
-                "retired": e.retired, "timeout_ms": e.timeout_ms, "is_p2p": e.is_p2p,
-            } for e in entries],
-        }
-        if self.errors:
-            dump["recording_errors"] = self.errors
-        return dump
+        groups = [flight_format.Group(name, g.desc, g.ranks, g.enqueued, g.started, g.completed)
+                  for name, g in dict(self.groups).items()]
+        return flight_format.dump([{
+            "record_id": e.record_id, "pg_id": e.group.pg_id, "process_group": e.process_group,
+            "thread_name": e.thread_name, "thread_id": e.thread_id,
+            "collective_seq_id": e.collective_seq_id, "p2p_seq_id": e.p2p_seq_id, "op_id": e.op_id,
+            "profiling_name": e.profiling_name, "time_created_ns": e.time_created_ns,
+            "input_sizes": e.input_sizes, "input_dtypes": e.input_dtypes,
+            "output_sizes": e.output_sizes, "output_dtypes": e.output_dtypes, "state": e.state,
+            "time_discovered_started_ns": e.time_started_ns, "time_discovered_completed_ns": e.time_completed_ns,
+            "retired": e.retired, "timeout_ms": e.timeout_ms, "is_p2p": e.is_p2p,
+        } for e in entries], groups, pickled, self.errors)
 
 
 _RECORDER: FlightRecorder | None = None
