@@ -23,7 +23,7 @@ which, after one rank skipped a collective and the others' Work timed out
 
 Every clause reads one recorder (``recorder``): torch's own, which is what
 torch's tooling and users' tools read, or the backend's own, which a backend
-that cannot record into torch's (one written in Python: the reference)
+that cannot record into torch's (one written in Python, the reference, or built out of tree, native)
 registers through backends/flight_recorders.py and the harness's hang reports
 merge with torch's. A backend that registers none skips its ``backend`` cases;
 one that records only into its own keeps a gap for its ``torch`` cases.
