@@ -26,6 +26,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from backends import mixed
 from fixtures.rank import ctx
 from suites.c10d.test_method_names import expect_method_results, method_results, name_set_cases
 
@@ -90,11 +91,22 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def dist2_backend_name() -> str:
+    """The backend _dist2 makes this world's group with: the one the world is initialised with, or, for a
+    device-qualified string (one world per device, backends/mixed.py), its part for this world's device, since
+    a _dist2 group has one backend."""
+    name = ctx.spec.init_backend
+    if not mixed.is_qualified(name):
+        return name
+    device_type = torch.device(ctx.device).type
+    return next(part.backend for part in mixed.parse(name) if part.device == device_type)
+
+
 def dist2_group():
     """This world's _dist2 group of every rank on the backend under test (made once per world)."""
     if "dist2" not in ctx.scratch:
         d2 = importlib.import_module(DIST2)
-        name = ctx.spec.init_backend
+        name = dist2_backend_name()
         try:
             d2.register_backend(name, c10d_plugin_factory(name))
         except ValueError:  # "Backend gloo already registered": torch's own factory, or one its plugin registered
