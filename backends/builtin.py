@@ -316,8 +316,8 @@ GLOO_GAPS += (
         "[gloo/transport/tcp/pair.h:311] Connect timeout [none]' after 15 s for 3 s: gloo's "
         "Device::connectAsListener takes no timeout), while its peers' first collective on the merged group fails "
         "with 'Timed out waiting 3000ms for recv operation to complete'. Seen on torch 2.13 at ws3 in 5 of 7 suite "
-        "runs, at ws2 in 2 of 7, at ws4 in 3 of 3; torch 2.11 at ws3 in 2 of 3, at ws2 in 0 of 3 (with the merge's old 13 s timeout the listener's "
-        "65 s wait outlived the 30 s harness deadline: the world hung)",
+        "runs, at ws2 in 2 of 7, at ws4 in 3 of 3; torch 2.11 at ws3 in 2 of 3, at ws2 in 0 of 3 (with the "
+        "merge's old 13 s timeout the listener's 65 s wait outlived the 30 s harness deadline: the world hung)",
         outcome="intermittent", torch="<2.14"),
 )
 
