@@ -23,7 +23,7 @@ tests/harness_cases/extra_agent.py is one.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
@@ -46,13 +46,25 @@ class Faults:
     num_fail_sends: int = 0
 
 
+def device_maps(rank: int, devices: Sequence[str]) -> dict[str, dict[str, str]]:
+    """TensorPipe's ``device_maps`` for rank ``rank`` when rank r's tensors live on ``devices[r]``: every peer's
+    worker name to {this rank's device: that peer's device}. Empty when this rank is on the CPU or ``devices``
+    is empty: TensorPipe maps accelerator devices only, and without a map it refuses accelerator tensors."""
+    if not devices or devices[rank].split(":")[0] == "cpu":
+        return {}
+    return {worker_name(peer): {devices[rank]: devices[peer]} for peer in range(len(devices)) if peer != rank}
+
+
 def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, init_file: str, rpc_timeout: float,
-                     num_worker_threads: int, faults: Faults | None) -> None:
+                     num_worker_threads: int, faults: Faults | None, devices: Sequence[str] = ()) -> None:
     """torch's own init_rpc, rendezvous through a FileStore at ``init_file`` (the faulty agent for ``faults``).
 
     ``spec.tensorpipe_transports`` picks TensorPipe's transports. The faulty
     agent cannot: its options class (C++ FaultyTensorPipeRpcBackendOptions)
     offers no ``_transports`` and always takes TensorPipe's defaults.
+    ``devices`` (every rank's device): ranks on accelerators map each peer's
+    device to their own (``device_maps``), as a user running RPC on GPUs
+    must; the faulty agent's options take no maps.
     """
     rpc = importlib.import_module(spec.module)
     if faults is not None:
@@ -64,7 +76,10 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
             num_fail_sends=faults.num_fail_sends)
         backend = rpc.backend_registry.BackendType.FAULTY_TENSORPIPE
     else:
-        chosen = {} if spec.tensorpipe_transports is None else {"_transports": list(spec.tensorpipe_transports)}
+        chosen: dict = {} if spec.tensorpipe_transports is None else {"_transports": list(spec.tensorpipe_transports)}
+        maps = device_maps(rank, devices)
+        if maps:
+            chosen.update(device_maps=maps, devices=[devices[rank]])
         options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
                                                   init_method=f"file://{init_file}", **chosen)
         # the registry rebuilds the enum when FAULTY_TENSORPIPE registers: look it up now
@@ -73,12 +88,13 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
 
 
 def start_reference(spec: "AgentSpec", *, rank: int, world_size: int, store, init_file: str, rpc_timeout: float,
-                    num_worker_threads: int, faults: Faults | None) -> None:
+                    num_worker_threads: int, faults: Faults | None, devices: Sequence[str] = ()) -> None:
     """The reference package's init_rpc over ``spec.transport``, rendezvous at ``init_file`` as TensorPipe's.
 
     Like torch's init_rpc, the reference one then gives its store the RPC
     timeout: what a user's agent has, so a wait that wrongly inherits it shows
     (graceful shutdown has none). Without ``init_file`` it rendezvouses on ``store``.
+    ``devices`` is not used: the reference agents take no device maps (their gap ``device_maps``).
     """
     rpc = importlib.import_module(spec.module)
     rendezvous = {"init_method": f"file://{init_file}"} if init_file else {"store": store}
@@ -108,7 +124,7 @@ class AgentSpec:
     optim_module: str = "torch.distributed.optim"  # DistributedOptimizer
     nn_module: str = "torch.distributed.nn"  # RemoteModule
     # How a rank starts it: start(spec, rank=, world_size=, store=, init_file=, rpc_timeout=,
-    # num_worker_threads=, faults=) (see start_agent)
+    # num_worker_threads=, faults=, devices=) (see start_agent)
     start: Callable[..., None] = start_reference
     # A reference agent's transport: "module:factory", factory(ReferenceRpcBackendOptions) -> a
     # backends.reference.rpc.transport.Transport ("" for an agent that brings its own)
@@ -141,6 +157,10 @@ REFERENCE_GAPS = (
         "a Python agent can only fail a torch Future with Future.set_exception, which stores the exception "
         "as a value (no C++ error): torch.futures.wait_all (torch._C._collect_all) then waits for every "
         "future and raises the first failed one in list order, not the first to fail"),
+    Gap({"rpc_feature": "device_maps"},
+        "the reference agents take no device maps: ReferenceRpcBackendOptions has no device_maps or devices, "
+        "and a tensor travels as its bytes, so nothing maps an accelerator tensor to the callee's device or "
+        "refuses one without a map", outcome="skip"),
 )
 
 
@@ -297,16 +317,19 @@ def worker_name(rank: int) -> str:
 
 
 def start_agent(name: str, *, rank: int, world_size: int, store, init_file: str,
-                rpc_timeout: float = 60.0, num_worker_threads: int = 16, faults: Faults | None = None):
+                rpc_timeout: float = 60.0, num_worker_threads: int = 16, faults: Faults | None = None,
+                devices: Sequence[str] = ()):
     """Start agent ``name`` in this rank as ``worker{rank}``; return its API module.
 
     Every rank must pass the same ``store`` (reference agents rendezvous on it;
     give each start a fresh PrefixStore) and the same fresh ``init_file`` path
     (TensorPipe rendezvous through a FileStore: no port to collide on).
+    ``devices``: every rank's device, for the agents that map devices
+    (empty: no maps).
     """
     spec = get(name)
     spec.start(spec, rank=rank, world_size=world_size, store=store, init_file=init_file, rpc_timeout=rpc_timeout,
-               num_worker_threads=num_worker_threads, faults=faults)
+               num_worker_threads=num_worker_threads, faults=faults, devices=tuple(devices))
     return api(name)
 
 

@@ -106,6 +106,9 @@ DTYPES = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32
 # the entries of collectives and of p2p calls, their state once completed, pg_status, pg_config, and torch's
 # analyser fr_trace on the dumps. A backend that records nothing names them all.
 FLIGHT_RECORDER_PARTS = ("collectives", "p2p", "completion", "pg_status", "pg_config", "analyser")
+# Which recorder a flight-recorder clause reads, as ``recorder=`` values: torch's own (what torch's tooling and users'
+# tools read), or the backend's own, registered through backends/flight_recorders.py.
+RECORDERS = ("torch", "backend")
 
 REQUIREMENT_KEYS: dict[str, Requirement] = {
     # c10d: what a case calls
@@ -136,14 +139,19 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
         "while a member is away), duration (timed), pending_on_abort (waited on after an abort)",
         ("held_by_cpp", "member_away", "duration", "pending_on_abort")),
     "entry_point": Requirement("a torch.distributed entry point by its name (suites/c10d/test_entry_points.py)"),
-    "flight_recorder": Requirement("what a clause reads of torch's flight recorder", FLIGHT_RECORDER_PARTS),
+    "flight_recorder": Requirement("what a clause reads of a flight recorder (which recorder: recorder=)",
+                                   FLIGHT_RECORDER_PARTS),
+    "recorder": Requirement(
+        "which flight recorder a clause reads: torch (c10d's C++ FlightRecorder, what torch's fr_trace and users' "
+        "tools read) or backend (the backend's own, registered through backends/flight_recorders.py by a backend "
+        "that cannot record into torch's)", RECORDERS, parameter=True),
     "clause": Requirement("one clause by its test function name, stated by that clause's needs(), for a gap that "
                           "holds for it alone (e.g. a torch release breaking one call)"),
     # RPC agents (backends/rpc_agents.py)
     "backend": Requirement("the c10d backend under test, for gaps of an agent that runs over it (reference-pg)"),
     "rpc_feature": Requirement(
         "a named RPC capability",
-        ("async_execution", "async_future_exception", "custom_exception_type", "fault_injection",
+        ("async_execution", "async_future_exception", "custom_exception_type", "device_maps", "fault_injection",
          "rref_to_owner_before_created", "torchscript", "unused_send_function", "wait_all_early_error")),
     "rpc_call": Requirement("how an RPC is made", ("rpc_sync", "rpc_async", "remote", "rref_method")),
     "workload": Requirement("a profiling workload of suites/profiling/workloads.py (or concurrent_calls)",

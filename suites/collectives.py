@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Sequence
 
 from backends import spec as requirements
@@ -176,9 +177,10 @@ class Collective:
     labels: tuple[str, str] = ("input", "output")
     # torch.distributed functions with this call's signature, the one ``issue`` uses first; () = (name,)
     entry_points: tuple[str, ...] = ()
-    # the ProcessGroup methods it reaches the backend through, torch 2.13's name first and the older Backend
-    # name after (suites/c10d/test_method_names.py calls each on the group; out-of-tree backends broke on one),
-    # and how: group_call(method, args) with the method's options object
+    # the ProcessGroup methods it reaches the backend through (for the single-buffer ones torch 2.13's name first
+    # and the older Backend name after: out-of-tree backends broke on one), and how: group_call(method, args)
+    # with the method's options object. suites/c10d/test_method_names.py calls each on the default group,
+    # suites/c10d/test_dist2.py on a torch.distributed._dist2 group (which only its methods reach)
     group_methods: tuple[str, ...] = ()
     group_call: Callable[[Callable, Args], object] | None = None
     async_entry_point: bool = False  # the entry-point clause also calls it with async_op=True (case <name>_async)
@@ -304,6 +306,41 @@ def _group_call_reduce_scatter(method, a: Args):
 
 def _group_call_all_to_all(method, a: Args):
     return method(a.outputs[0], a.inputs[0], [], [], _dist().distributed_c10d.AllToAllOptions())
+
+
+# The list collectives' methods (ProcessGroup.allreduce, ...) take lists of tensors and an options object whose
+# rootRank is a rank of the group: Args.root, since these are called on groups of every rank (global = group rank).
+def _options(kind: str, a: Args):
+    opts = getattr(_dist().distributed_c10d, kind)()
+    if a.op is not None and hasattr(opts, "reduceOp"):
+        opts.reduceOp = a.op
+    if a.root is not None:
+        opts.rootRank = a.root
+    return opts
+
+
+def _group_call_in_place(kind: str, method, a: Args):  # bound to its options kind with partial (records pickle)
+    return method(a.inputs, _options(kind, a))
+
+
+def _group_call_all_gather_list(method, a: Args):
+    return method([a.outputs], a.inputs, _options("AllgatherOptions", a))
+
+
+def _group_call_gather(method, a: Args):  # only the root passes a gather list
+    return method([a.outputs] if a.outputs else [], a.inputs, _options("GatherOptions", a))
+
+
+def _group_call_scatter(method, a: Args):  # only the root passes a scatter list
+    return method(a.outputs, [a.inputs] if a.inputs else [], _options("ScatterOptions", a))
+
+
+def _group_call_reduce_scatter_list(method, a: Args):
+    return method(a.outputs, [a.inputs], _options("ReduceScatterOptions", a))
+
+
+def _group_call_all_to_all_list(method, a: Args):
+    return method(a.outputs, a.inputs, _options("AllToAllOptions", a))
 
 
 # Each calls ``fn`` (one of the collective's entry points, all of one signature) with an Args.
@@ -462,18 +499,22 @@ MOVED_BY_ALL = (FLOAT8, NARROW_INT)  # what every data-moving collective carries
 TABLE: dict[str, Collective] = {c.name: c for c in (
     Collective("all_reduce", "all_reduce", None, ONE, IN_PLACE, True, ALL_TO_ALL,
                _call_all_reduce, _oracle_all_reduce, _bus_all_reduce, labels=("tensor", "tensor"),
-               async_entry_point=True,
+               async_entry_point=True, group_methods=("allreduce",),
+               group_call=partial(_group_call_in_place, "AllreduceOptions"),
                coalesced=Coalesced("all_reduce_coalesced", _call_all_reduce_coalesced, manager=True),
                dtypes_reduced=(PREMUL_SUM,),
                functional=Functional(("all_reduce",), (), _funcol_all_reduce, adjoint="all_reduce")),
     Collective("reduce", "reduce", None, ONE, IN_PLACE, True, TO_ROOT,
                _call_reduce, _oracle_reduce, _bus_one, labels=("tensor", "tensor"),
+               group_methods=("reduce",), group_call=partial(_group_call_in_place, "ReduceOptions"),
                dtypes_reduced=(COMPLEX, PREMUL_SUM)),
     Collective("broadcast", "broadcast", None, ONE, IN_PLACE, False, FROM_ROOT,
                _call_broadcast, _oracle_broadcast, _bus_one, labels=("tensor", "tensor"),
+               group_methods=("broadcast",), group_call=partial(_group_call_in_place, "BroadcastOptions"),
                dtypes_moved=MOVED_BY_ALL + (COMPLEX,)),
     Collective("all_gather", "all_gather", "list", ONE, LIST, False, ALL_TO_ALL,
                _call_all_gather, _oracle_all_gather, _bus_partitioned,
+               group_methods=("allgather",), group_call=_group_call_all_gather_list,
                coalesced=Coalesced("all_gather_coalesced", _call_all_gather_coalesced),
                dtypes_moved=MOVED_BY_ALL + (COMPLEX,)),
     Collective("all_gather_into_tensor", "all_gather", "single", ONE, FLAT, False, ALL_TO_ALL,
@@ -486,12 +527,13 @@ TABLE: dict[str, Collective] = {c.name: c for c in (
                                      _funcol_all_gather, adjoint="reduce_scatter_tensor")),
     Collective("gather", "gather", None, ONE, ROOT_LIST, False, TO_ROOT,
                _call_gather, _oracle_gather, _bus_partitioned, labels=("input", "gather_list"),
-               dtypes_moved=MOVED_BY_ALL),
+               group_methods=("gather",), group_call=_group_call_gather, dtypes_moved=MOVED_BY_ALL),
     Collective("scatter", "scatter", None, ROOT_LIST, ONE, False, FROM_ROOT,
                _call_scatter, _oracle_scatter, _bus_partitioned, labels=("scatter_list", "output"),
-               dtypes_moved=MOVED_BY_ALL),
+               group_methods=("scatter",), group_call=_group_call_scatter, dtypes_moved=MOVED_BY_ALL),
     Collective("reduce_scatter", "reduce_scatter", "list", LIST, ONE, True, ALL_TO_ALL,
-               _call_reduce_scatter, _oracle_reduce_scatter, _bus_partitioned, dtypes_reduced=(COMPLEX,)),
+               _call_reduce_scatter, _oracle_reduce_scatter, _bus_partitioned, dtypes_reduced=(COMPLEX,),
+               group_methods=("reduce_scatter",), group_call=_group_call_reduce_scatter_list),
     Collective("reduce_scatter_tensor", "reduce_scatter", "single", FLAT, ONE, True, ALL_TO_ALL,
                _call_reduce_scatter_tensor, _oracle_reduce_scatter, _bus_partitioned,
                entry_points=("reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base"),
@@ -509,7 +551,7 @@ TABLE: dict[str, Collective] = {c.name: c for c in (
                                      _funcol_all_to_all_single, adjoint="all_to_all_single")),
     Collective("all_to_all", "all_to_all", "list", LIST, LIST, False, ALL_TO_ALL,
                _call_all_to_all, _oracle_all_to_all, _bus_partitioned, splits=("even",),
-               dtypes_moved=MOVED_BY_ALL),
+               group_methods=("alltoall",), group_call=_group_call_all_to_all_list, dtypes_moved=MOVED_BY_ALL),
 )}
 
 

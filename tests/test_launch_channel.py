@@ -177,7 +177,7 @@ def _boot(**over):
     from fixtures.launch.boot import RankBoot, StoreBootstrap
 
     fields = dict(rank=1, host="node1", local_rank=1, local_world_size=2, launcher="torchrun", stack_file="/tmp/s",
-                  controller=None, bootstrap=StoreBootstrap("node0", 29500, 4, 0, 300.0))
+                  dump_dir="/tmp", controller=None, bootstrap=StoreBootstrap("node0", 29500, 4, 0, 300.0))
     return RankBoot(**{**fields, **over})
 
 
@@ -192,7 +192,7 @@ def test_a_rank_boot_travels_in_one_variable_and_back():
 
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.update(extra=1), "unknown key(s) extra (a RankBoot has exactly rank, host, local_rank, "
-                                  "local_world_size, launcher, stack_file, controller, bootstrap)"),
+                                  "local_world_size, launcher, stack_file, dump_dir, controller, bootstrap)"),
     (lambda d: d.pop("stack_file"), "missing key(s) stack_file (a RankBoot has exactly"),
     (lambda d: d["bootstrap"].pop("timeout"), "$DISTCONFORM_LAUNCH_BOOT.bootstrap: missing key(s) timeout"),
     (lambda d: d.update(rank="1"), "$DISTCONFORM_LAUNCH_BOOT.rank: expected int, got str '1'"),

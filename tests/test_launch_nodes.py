@@ -3,9 +3,13 @@ one host, and what a hang, a rank death, a killed node and a stopped node (eithe
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -46,7 +50,10 @@ def test_ddp_and_rpc_suites_run_unchanged_on_two_nodes(tmp_path):
     assert outcomes(launched) == outcomes(alone)
 
 
-def test_hang_on_node1_fails_with_every_rank_stack_and_both_hosts(tmp_path):
+def test_hang_on_node1_fails_with_every_rank_stack_both_hosts_and_the_flight_recorders(tmp_path):
+    """Rank 3 (node1) never enters the barrier: the failure shows every rank's stack headed by its host and, from
+    the flight-recorder dumps the supervisors sent over the control channel, the collective each rank is in; the
+    dumps are kept beside the report (JSON, and pickled with pg_config completed for fr_trace)."""
     results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs",
                                           "--controller-address", "127.0.0.1"], tmp_path,
                                          env={"LAUNCH_CASE": "hang", "EXPECT_HOSTS": "node0,node0,node1,node1"})
@@ -60,6 +67,29 @@ def test_hang_on_node1_fails_with_every_rank_stack_and_both_hosts(tmp_path):
         assert f"--- rank {rank} stack:\n[host {host}]\n" in error
     assert error.count("in barrier") >= 3  # ranks 0-2 wait in the collective
     assert "time.sleep" in error or "last_rank_of_node1_sleeps_in_python" in error.split("--- rank 3 stack:")[1]
+    hang = by_name["test_injected_hang[gloo-ws4]"]["error"].splitlines()[0]
+    found = re.fullmatch(r"hang: rank 3 never entered barrier #(\d+) of group default_pg; ranks 0, 1, 2 wait in it",
+                         hang)
+    assert found, error
+    seq = int(found.group(1))
+    for rank in range(3):
+        assert f"rank {rank}: waiting in barrier #{seq} of group default_pg" in error, error
+    assert f"rank 3: last entered barrier #{seq - 1} " in error or "rank 3: entered no collective of group " \
+        "default_pg" in error, error
+    kept = tmp_path / "report" / "flight-recorder" / "tests_harness_cases_launch_cases.py_test_injected_hang_gloo-ws4"
+    assert f"flight-recorder dumps: {kept}" in error, error
+    assert sorted(os.listdir(kept)) == [f"rank{r}.json" for r in range(4)] + [f"rank_{r}" for r in range(4)]
+    for rank in range(4):
+        assert json.loads((kept / f"rank{rank}.json").read_text())["distconform"]["rank"] == rank
+        with open(kept / f"rank_{rank}", "rb") as fh:
+            pickled = pickle.load(fh)
+        if rank < 3:  # the ranks that recorded the default group: its pg_config row, completed for fr_trace
+            assert pickled["pg_config"]["0"]["ranks"] == "[0, 1, 2, 3]", pickled["pg_config"]
+    # torch's analyser reads the dumps that crossed the channel, and finds the same missing rank
+    analysed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(kept),
+                               "--prefix", "rank_"], capture_output=True, text=True, timeout=120)
+    output = analysed.stdout + analysed.stderr
+    assert analysed.returncode == 0 and "missing ranks: {3}" in output and f"sequence number: {seq}" in output, output
     after = by_name["test_after_failure[gloo-ws4]"]
     assert after["outcome"] == "skipped"
     assert after["reason"].startswith("launched world broken earlier in this run: DeadlineExceeded: "

@@ -127,7 +127,7 @@ def describe(cases: list[dict]) -> str:
 # Seeded modules a bug may import from and still share a run: they only define classes and register backends.
 SHARABLE_BASES = ("tests.seeded.gloo_wrapper", "tests.seeded.reference_base")
 REGISTERING = ("register", "register_reference")
-FACTS = ("SUITE", "EXTRA_ARGS", "HANGS", "CONTRACT")
+FACTS = ("SUITE", "EXTRA_ARGS", "HANGS", "CONTRACT", "NEEDS_CUDA")
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,7 @@ class Bug:
     hangs: bool
     contract: str
     shares_a_run: bool
+    needs_cuda: bool = False  # its clause moves CUDA tensors: the gallery skips it without a GPU, saying so
 
 
 def _tree(module: str) -> ast.Module:
@@ -208,7 +209,8 @@ def read_bug(module: str) -> Bug:
     facts = _constants(tree)
     return Bug(module, (ast.get_docstring(tree) or module).strip().splitlines()[0], facts["SUITE"],
                tuple(facts.get("EXTRA_ARGS", ())), bool(facts.get("HANGS", False)),
-               facts.get("CONTRACT", "(module names no contract)"), shares_a_run(tree))
+               facts.get("CONTRACT", "(module names no contract)"), shares_a_run(tree),
+               bool(facts.get("NEEDS_CUDA", False)))
 
 
 def batches(modules: list[str]) -> list[tuple[str, ...]]:
@@ -250,7 +252,7 @@ def gallery_runs(request, tmp_path_factory):
         return
     with ThreadPoolExecutor(max_workers=GALLERY_JOBS, thread_name_prefix="seeded") as pool:
         runs: dict[tuple, Future] = {modules: pool.submit(run_batch, tmp_path_factory.mktemp(modules[0]), modules)
-                                     for modules in selected}
+                                     for modules in selected if not missing_gpu(modules)}
         try:
             yield runs
         finally:
@@ -275,8 +277,21 @@ def verdict(module: str, document: dict, tail: str) -> str:
     return ""
 
 
+def missing_gpu(modules: tuple[str, ...]) -> str:
+    """Why ``modules`` cannot run here ('' when they can): a bug whose clause needs a CUDA GPU, on a machine without."""
+    from fixtures.devices import device_count
+
+    needing = [m for m in modules if read_bug(m).needs_cuda]
+    if needing and device_count("cuda") == 0:
+        return (f"{', '.join(needing)} needs a CUDA GPU (its clause moves CUDA tensors) and this machine has none: "
+                f"on a GPU machine, pytest tests/test_seeded_bugs.py -k {needing[0]}")
+    return ""
+
+
 @pytest.mark.parametrize("modules", BATCHES, ids=["+".join(b) for b in BATCHES])
 def test_seeded_bugs_are_caught(tmp_path, modules, gallery_runs):
+    if missing_gpu(modules):
+        pytest.skip(missing_gpu(modules))
     run = gallery_runs.get(modules)
     document, tail = run.result() if run is not None else run_batch(tmp_path, modules)
     problems = [text for text in (verdict(module, document, tail) for module in modules) if text]

@@ -9,7 +9,8 @@ outside the suite too::
 
 Read it as the spec: semantics.py says what every collective means,
 process_group.py how ranks agree and exchange data, transport.py and wire.py
-how bytes move between them.
+how bytes move between them, flight_recorder.py what it records of every call
+for hang reports (torch's flight-recorder entries, in a recorder of its own).
 """
 
 from __future__ import annotations
@@ -60,12 +61,22 @@ DISTCONFORM_SPEC = BackendSpec(
             "_get_backend(cpu)) for supports_shrinking, which it lacks, and fails with \"TypeError: Process group "
             "backend for '<name>' does not support shrinking operations.\" (torch 2.13 shrinks through the C++ "
             "Backend.shrink, NCCL only; measured by test_shrink_group and test_shrink_after_a_rank_died)"),
-        Gap({"flight_recorder": FLIGHT_RECORDER_PARTS},
+        Gap({"flight_recorder": FLIGHT_RECORDER_PARTS, "recorder": "torch"},
             "a backend written in Python cannot record into torch's flight recorder: torch 2.13 records from C++ "
             "only (FlightRecorder<c10::Event>::record, called by ProcessGroupGloo/NCCL themselves), "
             "torch._C._distributed_c10d binds only _dump_fr_trace and _dump_fr_trace_json, and c10d's "
             "ProcessGroup records nothing for a Python subclass: '0 recorder entries name the group "
-            "['1', 'undefined'] ([])', and pg_config and pg_status stay empty",
+            "['1', 'undefined'] ([])', and pg_config and pg_status stay empty (the reference keeps its own "
+            "recorder instead, backends/reference/flight_recorder.py, registered through "
+            "backends/flight_recorders.py: the recorder=backend cases)",
+            torch=">=2.11,<2.15"),
+        Gap({"flight_recorder": "analyser", "recorder": "backend"},
+            "torch's fr_trace refuses every entry of a communication library it does not list: on the reference's "
+            "own recorder's dumps ('reference:all_reduce') it fails with \"AssertionError: name formatting error? "
+            "reference not in {...}\" (Op.__init__ in torch/distributed/flight_recorder/components/types.py; torch "
+            "2.13 lists nccl, ncclx, xccl, gloo, rccl, rcclx, mccl and hccl, earlier releases fewer); "
+            "the copies a hang report keeps for fr_trace name those calls 'gloo:' (fixtures/fr_trace_input.py) "
+            "and fr_trace then names the missing rank",
             torch=">=2.11,<2.15"),
         LOCAL_SYNC_DESYNCS_GROUP_NAMES,
         Gap({"feature": "premul_sum"},

@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from . import semantics, wire
+from .flight_recorder import Entry, recorder
 from .transport import Mesh, PeerError, RecvTimeout
 
 SMALL_ALL_REDUCE_BYTES = 64 * 1024  # below: one round (all-gather, reduce locally); above: two
@@ -62,16 +63,24 @@ class ReferenceWork(dist.Work):
         # perf_counter() when the worker began and finished it
         self.started: float | None = None
         self.ended: float | None = None
+        self.fr_entry: Entry | None = None  # its flight-recorder entry (flight_recorder.py), if recorded
         self._done = threading.Event()
         _WORKS_IN_FLIGHT.add(self)
 
     def complete(self, value) -> None:
+        self._record_completion()
         self.future.set_result(value)
         self._finished()
 
     def fail(self, error: Exception) -> None:
+        self._record_completion()
         self.future.set_exception(error)
         self._finished()
+
+    def _record_completion(self) -> None:
+        """Mark the recorder's entry completed before any waiter wakes: read after wait(), it says so."""
+        if self.fr_entry is not None:
+            recorder().completed(self.fr_entry)
 
     def _finished(self) -> None:
         self.ended = time.perf_counter()
@@ -181,6 +190,11 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self.timeout = timeout
         self.global_ranks = list(global_ranks) if global_ranks else list(range(size))
+        # Kept for the group's life, as ProcessGroupGloo keeps its store: a caller that keeps only the group
+        # (torch.distributed._dist2.new_group) drops its own reference on return, and rank 0's store server with
+        # it, while slower peers still rendezvous on it ('DistNetworkError: Failed to recv, got 0 bytes' on rank
+        # 2 of 3, suites/c10d/test_dist2.py)
+        self.store = store
         self.mesh = Mesh(store, rank, size, timeout, host=host)
         self._seq = 0
         self._seq_lock = threading.Lock()
@@ -191,6 +205,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # why the group runs no more collectives (a collective of it timed out); None while it is usable
         self._unusable: str | None = None
+        self._fr_group = recorder().group(self.global_ranks)  # how the flight recorder knows this group
         self._worker = threading.Thread(target=self._work_loop, name=f"reference-worker-r{rank}", daemon=True)
         self._worker.start()
         _LIVE_GROUPS.add(self)
@@ -205,12 +220,14 @@ class ReferenceProcessGroup(dist.ProcessGroup):
     # A Python ProcessGroup has no registered backend to keep its name on.
     def _set_group_name(self, name):
         self._group_name = name
+        recorder().named(self._fr_group, name=name)
 
     def getGroupName(self):
         return getattr(self, "_group_name", "")
 
     def _set_group_desc(self, desc):
         self._group_desc = desc
+        recorder().named(self._fr_group, desc=desc)
 
     def getGroupDesc(self):
         return getattr(self, "_group_desc", "")
@@ -271,14 +288,20 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         return f"<ReferenceProcessGroup rank {self.rank()}/{self.size()} global ranks {self.global_ranks}>"
 
     # ------------------------------------------------------------ running
-    def _submit(self, name: str, fingerprint: dict, run, opts_timeout=None) -> ReferenceWork:
-        """Queue a collective; ``run(seq, deadline)`` does the work in the group's worker thread."""
+    def _fr_record(self, name: str, seq: int, inputs, outputs, timeout_s: float, p2p: bool = False) -> Entry | None:
+        """The flight recorder's entry for a call just issued (None when the recorder is off)."""
+        return recorder().record(self._fr_group, name, seq, inputs, outputs, timeout_s, p2p)
+
+    def _submit(self, name: str, fingerprint: dict, run, opts_timeout=None, inputs=(), outputs=()) -> ReferenceWork:
+        """Queue a collective; ``run(seq, deadline)`` does the work in the group's worker thread.
+        ``inputs`` and ``outputs``: the caller's tensors, for the flight recorder's sizes and dtypes."""
         with self._seq_lock:
             self._seq += 1
             seq = self._seq
         timeout_s = _seconds(opts_timeout, self.timeout)
         # the worker enforces the timeout itself; wait() only guards against a wedged worker
         work = self.work_class(f"{name} (collective #{seq})", timeout_s + 60)
+        work.fr_entry = self._fr_record(name, seq, inputs, outputs, timeout_s)
         with self._pending_lock:
             self._pending.add(work)
         self._jobs.put((work, seq, dict(fingerprint, op=name), run, timeout_s))
@@ -301,6 +324,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 return
             work, seq, fingerprint, run, timeout_s = job
             work.started = time.perf_counter()
+            recorder().started(work.fr_entry)
             if self._unusable is not None:  # fail at once, never wait out another timeout
                 work.fail(RuntimeError(f"reference: {fingerprint['op']} (collective #{seq}) on rank {self.rank()}: "
                                        f"the group is unusable after {self._unusable}"))
@@ -460,7 +484,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 tensor.copy_(result)
             return [tensor]
 
-        return self._submit("all_reduce", dict(self._describe(tensor), reduce=op, factor=factor), run, opts.timeout)
+        return self._submit("all_reduce", dict(self._describe(tensor), reduce=op, factor=factor), run, opts.timeout,
+                            [tensor], [tensor])
 
     def _sparse_allreduce(self, tensor, op: str, opts) -> ReferenceWork:
         """Sparse COO: every rank sends its coalesced indices (step 0) and values (step 1)."""
@@ -479,7 +504,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return [tensor]
 
         fingerprint = dict(self._describe(tensor), reduce=op, layout="sparse_coo", sparse_dims=tensor.sparse_dim())
-        return self._submit("all_reduce", fingerprint, run, opts.timeout)
+        return self._submit("all_reduce", fingerprint, run, opts.timeout, [tensor], [tensor])
 
     # ---------------------------------------------------------- coalesced
     # One queued job each: one round per tensor (step i), the fingerprint (every tensor's
@@ -499,7 +524,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return list(tensors)
 
         fingerprint = {"tensors": [self._describe(t) for t in tensors], "reduce": op, "factor": factor}
-        return self._submit("all_reduce_coalesced", fingerprint, run, opts.timeout)
+        return self._submit("all_reduce_coalesced", fingerprint, run, opts.timeout, tensors, tensors)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         self._check_count(output_lists, "all_gather_coalesced output lists")
@@ -518,7 +543,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return [t for outputs in output_lists for t in outputs]
 
         fingerprint = {"tensors": [self._describe(t) for t in input_list]}
-        return self._submit("all_gather_coalesced", fingerprint, run, getattr(opts, "timeout", None))
+        return self._submit("all_gather_coalesced", fingerprint, run, getattr(opts, "timeout", None), input_list,
+                            [t for outputs in output_lists for t in outputs])
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         if len(outputs) != len(inputs):
@@ -539,7 +565,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return list(outputs)
 
         fingerprint = {"tensors": [self._describe(t) for t in inputs]}
-        return self._submit("all_gather_into_tensor_coalesced", fingerprint, run, getattr(opts, "timeout", None))
+        return self._submit("all_gather_into_tensor_coalesced", fingerprint, run, getattr(opts, "timeout", None),
+                            inputs, outputs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -566,7 +593,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return list(outputs)
 
         fingerprint = {"tensors": [self._describe(t) for t in inputs], "reduce": op, "factor": factor}
-        return self._submit("reduce_scatter_tensor_coalesced", fingerprint, run, opts.timeout)
+        return self._submit("reduce_scatter_tensor_coalesced", fingerprint, run, opts.timeout, inputs, outputs)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -592,7 +619,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 tensor.copy_(got[root])
             return [tensor]
 
-        return self._submit("broadcast", dict(self._describe(tensor), root=root), run, opts.timeout)
+        return self._submit("broadcast", dict(self._describe(tensor), root=root), run, opts.timeout, [tensor], [tensor])
 
     def reduce(self, tensors, opts):
         tensor = _single(tensors, "reduce")
@@ -606,7 +633,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 tensor.copy_(semantics.reduce([got[r] for r in range(self.size())], op, root, factor))
             return [tensor]
 
-        return self._submit("reduce", dict(self._describe(tensor), root=root, reduce=op), run, opts.timeout)
+        return self._submit("reduce", dict(self._describe(tensor), root=root, reduce=op), run, opts.timeout,
+                            [tensor], [tensor])
 
     def allgather(self, output_lists, input_tensors, opts):
         tensor = _single(input_tensors, "all_gather")
@@ -619,7 +647,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 _copy_into(out, got[rank], f"all_gather output {rank}")
             return outputs
 
-        return self._submit("all_gather", self._describe(tensor), run, opts.timeout)
+        return self._submit("all_gather", self._describe(tensor), run, opts.timeout, [tensor], outputs)
 
     def all_gather_single(self, output, input, opts):
         if output.shape[0] != input.shape[0] * self.size():
@@ -644,7 +672,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                     _copy_into(out, got[rank], f"gather entry {rank}")
             return outputs or []
 
-        return self._submit("gather", dict(self._describe(tensor), root=root), run, opts.timeout)
+        return self._submit("gather", dict(self._describe(tensor), root=root), run, opts.timeout, [tensor],
+                            outputs or [])
 
     def scatter(self, output_tensors, input_lists, opts):
         out = _single(output_tensors, "scatter")
@@ -660,7 +689,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             _copy_into(out, got[root], "scatter output")
             return [out]
 
-        return self._submit("scatter", dict(self._describe(out), root=root), run, opts.timeout)
+        return self._submit("scatter", dict(self._describe(out), root=root), run, opts.timeout, inputs or [], [out])
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
         out = _single(output_tensors, "reduce_scatter")
@@ -675,7 +704,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                        "reduce_scatter output")
             return [out]
 
-        return self._submit("reduce_scatter", dict(self._describe(out), reduce=op, factor=factor), run, opts.timeout)
+        return self._submit("reduce_scatter", dict(self._describe(out), reduce=op, factor=factor), run, opts.timeout,
+                            inputs, [out])
 
     def reduce_scatter_single(self, output, input, opts):
         if input.shape[0] != output.shape[0] * self.size():
@@ -697,7 +727,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return output_tensors
 
         fingerprint = {"dtype": wire.DTYPE_NAMES.get(input_tensors[0].dtype)} if input_tensors else {}
-        return self._submit("all_to_all", fingerprint, run, opts.timeout)
+        return self._submit("all_to_all", fingerprint, run, opts.timeout, input_tensors, output_tensors)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
         n = self.size()
@@ -712,7 +742,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
         splits = {"in": [t.shape[0] for t in ins], "out": [t.shape[0] for t in outs]}
         fingerprint = {"dtype": wire.DTYPE_NAMES.get(input.dtype), "row": list(input.shape[1:]), "splits": splits}
-        return self._submit("all_to_all_single", fingerprint, run, opts.timeout)
+        return self._submit("all_to_all_single", fingerprint, run, opts.timeout, [input], [output])
 
     alltoall_base = all_to_all_single
 
@@ -721,13 +751,17 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             self._round(seq, fp, deadline, timeout_s)
             return []
 
-        return self._submit("barrier", {}, run, getattr(opts, "timeout", None))
+        return self._submit("barrier", {}, run, getattr(opts, "timeout", None))  # no tensors to record
 
     # ------------------------------------------------------------------ p2p
     def send(self, tensors, dst, tag):
         tensor = _single(tensors, "send")
         self._check_peer(dst, "send to")
         work = ReferenceWork(f"send to rank {dst} tag {tag}", self.timeout.total_seconds())
+        # torch's analyser reads a p2p call's group ranks from its name: "send <from>-><to>"
+        work.fr_entry = self._fr_record(f"send {self.rank()}->{dst}", 0, [tensor], [tensor],
+                                        self.timeout.total_seconds(), p2p=True)
+        recorder().started(work.fr_entry)
         try:
             self.mesh.send(dst, wire.P2P, tag, wire.tensor_meta(tensor), wire.tensor_bytes(tensor))
             work.complete([tensor])
@@ -745,6 +779,10 @@ class ReferenceProcessGroup(dist.ProcessGroup):
     def _post_recv(self, tensor, src, tag) -> ReferenceWork:
         what = f"recv from {'any rank' if src is None else f'rank {src}'} (tag {tag})"
         work = ReferenceWork(what, self.timeout.total_seconds())
+        # "recv <to><-<from>", as torch's analyser parses it (from any rank: -1, as c10d says for any source)
+        work.fr_entry = self._fr_record(f"recv {self.rank()}<-{-1 if src is None else src}", 0, [tensor], [tensor],
+                                        self.timeout.total_seconds(), p2p=True)
+        recorder().started(work.fr_entry)
 
         def arrived(sender, frame):
             if isinstance(frame, Exception):  # the sender's connection broke (Mailbox.fail_posted)

@@ -1,4 +1,4 @@
-"""Contract: torch's flight recorder sees every call a backend runs, and its dump explains a hang.
+"""Contract: a flight recorder sees every call a backend runs, and its dump explains a hang.
 
 PyTorch 2.13's recorder is backend-generic: a backend records each collective
 and p2p call (``FlightRecorder<c10::Event>::record``) and
@@ -20,6 +20,13 @@ sizes and dtypes, the group's name and description; ``collective_seq_id``
 ``pg_config`` describing the group; the pickled dumps accepted by ``fr_trace``,
 which, after one rank skipped a collective and the others' Work timed out
 (group timeout, not the harness deadline), names that rank and the collective.
+
+Every clause reads one recorder (``recorder``): torch's own, which is what
+torch's tooling and users' tools read, or the backend's own, which a backend
+that cannot record into torch's (one written in Python: the reference)
+registers through backends/flight_recorders.py and the harness's hang reports
+merge with torch's. A backend that registers none skips its ``backend`` cases;
+one that records only into its own keeps a gap for its ``torch`` cases.
 """
 
 from __future__ import annotations
@@ -35,9 +42,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fixtures.flight_dump import FR_SIZE_VARS, recorded_json, recorded_pickle, recorder_size
+from backends.spec import RECORDERS
+from fixtures.flight_dump import BACKEND, FR_SIZE_VARS, backend_recorders, recorded_json, recorded_pickle, recorder_size
 from fixtures.rank import ctx
 from suites.c10d.timeouts import fresh_group
+
+# every clause, once per recorder it can read (states the requirement recorder=, backends/spec.py)
+pytestmark = pytest.mark.parametrize("recorder", RECORDERS)
 
 HANG_TIMEOUT_S = 0.5
 SETTLE_S = 2.0  # how long a waited Work's entry may take to leave "scheduled" (a watchdog may retire it)
@@ -55,14 +66,15 @@ COLLECTIVES = (
 
 
 # ------------------------------------------------------------------ rank side
-def recorder_dump() -> dict:
-    """This process's recorder, as JSON (without stack traces); fails saying why when it is off.
+def recorder_dump(recorder: str) -> dict:
+    """This process's ``recorder`` ("torch" or "backend"), as JSON (without stack traces); fails saying why when
+    it is off.
 
     A dump without entries has no "entries" key: that reads as an empty list."""
     if recorder_size() <= 0:
         settings = {var: os.environ.get(var) for var in FR_SIZE_VARS}
         raise RuntimeError(f"the flight recorder is off in rank {ctx.rank} ({settings}): no entries to read")
-    dump = recorded_json()
+    dump = recorded_json(recorder)
     dump.setdefault("entries", [])
     return dump
 
@@ -78,9 +90,9 @@ def entries_of(dump: dict, group, after: int = -1) -> list[dict]:
     return [e for e in dump["entries"] if list(e["process_group"]) == group_identity(group) and e["record_id"] > after]
 
 
-def last_record(group) -> int:
+def last_record(group, recorder: str) -> int:
     """The newest record id already naming ``group`` (an earlier group of that name), -1 when none."""
-    return max((e["record_id"] for e in entries_of(recorder_dump(), group)), default=-1)
+    return max((e["record_id"] for e in entries_of(recorder_dump(recorder), group)), default=-1)
 
 
 # How the clauses call each of COLLECTIVES: the calls whose recorder entries they read (data, group -> Work).
@@ -110,22 +122,22 @@ def ring_p2p(group) -> None:
         work.wait()
 
 
-def settled(group, count: int, after: int) -> dict:
+def settled(group, count: int, after: int, recorder: str) -> dict:
     """The dump once ``count`` entries of ``group`` are all "completed", or the last one after SETTLE_S."""
     deadline = time.monotonic() + SETTLE_S
     while True:
-        dump = recorder_dump()
+        dump = recorder_dump(recorder)
         mine = entries_of(dump, group, after)
         if (len(mine) >= count and all(e["state"] == "completed" for e in mine)) or time.monotonic() > deadline:
             return dump
         time.sleep(0.05)
 
 
-def record_calls(kind: str, settle: bool = False) -> dict:
-    """Run the clause's calls on a fresh group; return what the recorder holds of that group
+def record_calls(kind: str, recorder: str, settle: bool = False) -> dict:
+    """Run the clause's calls on a fresh group; return what ``recorder`` holds of that group
     (``settle``: once its entries completed, or SETTLE_S later)."""
     group = dist.new_group()
-    after = last_record(group)
+    after = last_record(group, recorder)
     try:
         if kind == "collectives":
             for name, dtype, shape in COLLECTIVES:
@@ -134,7 +146,7 @@ def record_calls(kind: str, settle: bool = False) -> dict:
         else:
             ring_p2p(group)
             expected = 2
-        dump = settled(group, expected, after) if settle else recorder_dump()
+        dump = settled(group, expected, after, recorder) if settle else recorder_dump(recorder)
         return {"entries": entries_of(dump, group, after), "identity": group_identity(group),
                 "ranks": dist.get_process_group_ranks(group), "pg_config": dump.get("pg_config", {}),
                 "pg_status": dump.get("pg_status", {}),
@@ -143,37 +155,45 @@ def record_calls(kind: str, settle: bool = False) -> dict:
         dist.destroy_process_group(group)
 
 
-def write_dump(directory: str, group, after: int) -> int:
-    """This rank's pickled dump, where fr_trace expects it (``<dir>/rank_<rank>``), holding only ``group``'s
-    entries: the process's recorder also holds earlier cases' groups, and fr_trace filters groups only
-    when it just prints entries (``--pg-filters`` needs ``-j``)."""
-    recorder_dump()  # fails saying why when the recorder is off
-    dump = recorded_pickle()
+def write_dump(directory: str, group, after: int, recorder: str) -> int:
+    """This rank's pickled dump of ``recorder``, as it wrote it, where fr_trace expects it (``<dir>/rank_<rank>``),
+    holding only ``group``'s entries: the process's recorder also holds earlier cases' groups, and fr_trace
+    filters groups only when it just prints entries (``--pg-filters`` needs ``-j``).
+
+    The kept entries' record ids count from 0: fr_trace lines the ranks up by record id (it drops every entry
+    before the highest first id, align_trace_from_beginning), which holds only for processes that recorded the
+    same calls since they started, and the world's processes served earlier cases (after a hang case the rank
+    that stayed away is one entry behind: fr_trace then dropped its every entry of this group and called it
+    missing from collectives it joined)."""
+    recorder_dump(recorder)  # fails saying why when the recorder is off
+    dump = recorded_pickle(recorder)
     dump["entries"] = [e for e in dump.get("entries", [])
                        if list(e["process_group"]) == group_identity(group) and e["record_id"] > after]
+    for index, entry in enumerate(dump["entries"]):
+        entry["record_id"] = index
     with open(os.path.join(directory, f"{DUMP_PREFIX}{ctx.rank}"), "wb") as fh:
         pickle.dump(dump, fh)
     return len(dump["entries"])
 
 
-def healthy_calls_dumped(directory: str) -> tuple[str, int]:
+def healthy_calls_dumped(directory: str, recorder: str) -> tuple[str, int]:
     """A fresh group's collectives completed on every rank, then every rank's dump written.
     Returns (group name, how many entries the dump holds)."""
     group = dist.new_group()
-    after = last_record(group)
+    after = last_record(group, recorder)
     for name, dtype, shape in COLLECTIVES:
         issue(name, dtype, shape, group)
-    written = write_dump(directory, group, after)
+    written = write_dump(directory, group, after, recorder)
     name = group.group_name
     dist.destroy_process_group(group)
     return name, written
 
 
-def hang_dumped(directory: str, absent: int) -> tuple[str, str | None]:
+def hang_dumped(directory: str, absent: int, recorder: str) -> tuple[str, str | None]:
     """One all_reduce every rank joins, then one ``absent`` skips: the others' Work times out at the group
     timeout; then every rank writes its dump. Returns (group name, the participant's error or None)."""
     group = fresh_group(HANG_TIMEOUT_S)
-    after = last_record(group)
+    after = last_record(group, recorder)
     data = torch.ones(4, device=ctx.device)
     dist.all_reduce(data, group=group)
     error = None
@@ -187,7 +207,7 @@ def hang_dumped(directory: str, absent: int) -> tuple[str, str | None]:
         # stay in the group until the others gave up: leaving early fails them with "connection closed"
         ctx.store.wait([f"finished/{r}" for r in range(ctx.world_size) if r != absent],
                        timedelta(seconds=HANG_TIMEOUT_S + 60))
-    write_dump(directory, group, after)
+    write_dump(directory, group, after, recorder)
     name = group.group_name
     ctx.store.set(f"dumped/{ctx.rank}", "1")
     ctx.store.wait([f"dumped/{r}" for r in range(ctx.world_size)], timedelta(seconds=60))
@@ -196,6 +216,14 @@ def hang_dumped(directory: str, absent: int) -> tuple[str, str | None]:
 
 
 # ------------------------------------------------------------------ pytest side
+def read_through(world, recorder: str) -> None:
+    """Skip a ``backend`` case when the backend registers no recorder of its own: its entries are in torch's
+    (its ``torch`` cases read them) or nowhere (its ``torch`` cases' gap says so)."""
+    if recorder == BACKEND and not any(world.run(backend_recorders)):
+        pytest.skip(f"{world.spec.name} registers no flight recorder of its own (backends/flight_recorders.py); "
+                    f"the recorder=torch cases read what it records")
+
+
 def expect_one_entry_per_call(results, calls: list[tuple[str, str]]) -> None:
     """Every rank recorded exactly ``calls`` ((name, what) pairs) on the fresh group, in order."""
     for rank, seen in enumerate(results):
@@ -243,9 +271,10 @@ def last_line(text: str) -> str:
 
 
 @pytest.mark.needs(flight_recorder="collectives")
-def test_collectives_recorded(world, record_property):
+def test_collectives_recorded(world, recorder, record_property):
     """Each collective leaves one entry per rank with its name, sizes, dtypes, group and an agreed sequence id."""
-    results = world.run(record_calls, "collectives")
+    read_through(world, recorder)
+    results = world.run(record_calls, "collectives", recorder)
     n = world.world_size
     expect_one_entry_per_call(results, [(name, f"{name} {dtype} {shape}") for name, dtype, shape in COLLECTIVES])
     for rank, seen in enumerate(results):
@@ -271,9 +300,10 @@ def test_collectives_recorded(world, record_property):
 
 @pytest.mark.min_world_size(2)  # a send needs a peer: torch refuses a send to the own rank
 @pytest.mark.needs(flight_recorder="p2p")
-def test_p2p_recorded(world):
+def test_p2p_recorded(world, recorder):
     """Each send and recv leaves one p2p entry on its rank, and the same call has the same p2p_seq_id everywhere."""
-    results = world.run(record_calls, "p2p")
+    read_through(world, recorder)
+    results = world.run(record_calls, "p2p", recorder)
     n = world.world_size
     expect_one_entry_per_call(results, [("send", "isend to the next rank"), ("recv", "irecv from the previous")])
     for rank, seen in enumerate(results):
@@ -289,9 +319,10 @@ def test_p2p_recorded(world):
 
 
 @pytest.mark.needs(flight_recorder="completion")
-def test_entries_complete_with_their_work(world):
+def test_entries_complete_with_their_work(world, recorder):
     """An entry leaves "scheduled" once its Work completed: every waited call's state is "completed"."""
-    results = world.run(record_calls, "collectives", True)
+    read_through(world, recorder)
+    results = world.run(record_calls, "collectives", recorder, True)
     for rank, seen in enumerate(results):
         states = {e["profiling_name"]: e["state"] for e in seen["entries"]}
         assert seen["entries"] and all(s == "completed" for s in states.values()), \
@@ -299,9 +330,10 @@ def test_entries_complete_with_their_work(world):
 
 
 @pytest.mark.needs(flight_recorder="pg_status")
-def test_pg_status_follows_the_group(world):
+def test_pg_status_follows_the_group(world, recorder):
     """pg_status gives the group's last enqueued, started and completed collective: the last one waited for."""
-    results = world.run(record_calls, "collectives")
+    read_through(world, recorder)
+    results = world.run(record_calls, "collectives", recorder)
     for rank, seen in enumerate(results):
         name = seen["identity"][0]
         last = str(seen["entries"][-1]["collective_seq_id"]) if seen["entries"] else "(no entries)"
@@ -311,9 +343,10 @@ def test_pg_status_follows_the_group(world):
 
 
 @pytest.mark.needs(flight_recorder="pg_config")
-def test_pg_config_names_every_group(world):
+def test_pg_config_names_every_group(world, recorder):
     """pg_config lists the default group and a new one under the names their entries use, with their ranks."""
-    results = world.run(record_calls, "collectives")
+    read_through(world, recorder)
+    results = world.run(record_calls, "collectives", recorder)
     for rank, seen in enumerate(results):
         for (name, desc), ranks in ((seen["identity"], seen["ranks"]),
                                     (seen["default"], list(range(world.world_size)))):
@@ -324,9 +357,10 @@ def test_pg_config_names_every_group(world):
 
 
 @pytest.mark.needs(flight_recorder="analyser")
-def test_dumps_are_valid_analyser_input(world, tmp_path, record_property):
+def test_dumps_are_valid_analyser_input(world, recorder, tmp_path, record_property):
     """torch's fr_trace reads the ranks' dumps of completed collectives and reports no mismatch."""
-    results = world.run(healthy_calls_dumped, str(tmp_path))
+    read_through(world, recorder)
+    results = world.run(healthy_calls_dumped, str(tmp_path), recorder)
     name = results[0][0]
     written = [count for _, count in results]
     assert written == [len(COLLECTIVES)] * world.world_size, \
@@ -340,10 +374,11 @@ def test_dumps_are_valid_analyser_input(world, tmp_path, record_property):
 
 @pytest.mark.min_world_size(2)  # the missing rank is named by the ranks waiting for it
 @pytest.mark.needs(flight_recorder="analyser", feature="group_timeout")
-def test_hang_names_the_missing_rank(world, tmp_path, record_property):
+def test_hang_names_the_missing_rank(world, recorder, tmp_path, record_property):
     """After one rank skips an all_reduce and the others time out, fr_trace names that rank and the collective."""
+    read_through(world, recorder)
     absent = world.world_size - 1
-    results = world.run(hang_dumped, str(tmp_path), absent)
+    results = world.run(hang_dumped, str(tmp_path), absent, recorder)
     pg_name = results[0][0]
     returned = [rank for rank, (_, error) in enumerate(results[:absent]) if error is None]
     assert not returned, f"ranks {returned} returned from an all_reduce rank {absent} never joined"

@@ -1,4 +1,8 @@
-"""Contract: both method names of a single-buffer collective reach the backend with the same result.
+"""Contract: every ProcessGroup method of a collective, both names of a single-buffer one, gives the oracle's result.
+
+Every torch.distributed call ends in a ProcessGroup method (``allreduce``, ``allgather``, ``gather``, ...,
+lists of tensors and an options object), which is also how a group that c10d does not know is used (a
+torch.distributed._dist2 group, suites/c10d/test_dist2.py).
 
 torch 2.13 renamed the ProcessGroup methods every ``dist.*`` single-buffer
 call ends in (``all_gather_single``, ``reduce_scatter_single``,
@@ -27,20 +31,25 @@ NUMEL = 6
 
 
 # -------------------------------------------------- rank side: the two name sets
-def _call_group_method(entry: collectives.Collective, method: str, a: collectives.Args):
-    """ProcessGroup.<method> (one of the record's group_methods) with the record's buffers."""
+def _call_group_method(entry: collectives.Collective, group, method: str, a: collectives.Args):
+    """``group``.<method> (one of the record's group_methods) with the record's buffers."""
     assert entry.group_call is not None, f"{entry.name} names group_methods without a group_call"
-    return entry.group_call(getattr(dist.group.WORLD, method), a)
+    return entry.group_call(getattr(group, method), a)
 
 
 def group_method(name: str, method: str) -> list:
-    """This rank's result chunks of collective ``name`` called as the group's ``method``."""
+    """This rank's result chunks of collective ``name`` called as the default group's ``method``."""
+    return method_results(dist.group.WORLD, name, method)
+
+
+def method_results(group, name: str, method: str) -> list:
+    """This rank's result chunks of collective ``name`` called as ``group``'s ``method`` (a group of every rank)."""
     entry = collectives.get(name)
     n = ctx.world_size
     chunks = [values.rank_payload(ctx.rank, NUMEL, "float32", 10 * j).to(ctx.device) for j in range(entry.inputs.count(n))]
     a = collectives.args_for(entry, chunks, lambda j: torch.full((NUMEL,), -1.0, device=ctx.device), group_size=n,
                              is_root=ctx.rank == n - 1, op=dist.ReduceOp.SUM, root=n - 1)
-    work = _call_group_method(entry, method, a)
+    work = _call_group_method(entry, group, method, a)
     if work is not None:
         work.wait()
     return [chunk.cpu() for chunk in collectives.result_chunks(entry, a, [NUMEL] * n)]
@@ -50,7 +59,7 @@ def expected_group_method(name: str, n: int) -> list:
     entry = collectives.get(name)
     inputs = [[values.rank_payload(r, NUMEL, "float32", 10 * j) for j in range(entry.inputs.count(n))]
               for r in range(n)]
-    return entry.oracle(inputs, "sum" if entry.reduces else None, None)
+    return entry.oracle(inputs, "sum" if entry.reduces else None, n - 1 if entry.rooted else None)
 
 
 # ------------------------------------------------------------------ clauses
@@ -70,11 +79,17 @@ def name_set_cases() -> list:
             for entry in collectives.TABLE.values() for method in entry.group_methods]
 
 
-@pytest.mark.parametrize("name,method", name_set_cases())
-def test_group_method_names_agree(world, name, method):
-    """Each ProcessGroup method name of a single-buffer collective (new and old) gives the oracle's result."""
-    expected = expected_group_method(name, world.world_size)
-    for rank, (actual, want) in enumerate(zip(world.run(group_method, name, method), expected)):
+def expect_method_results(results: list, name: str, method: str) -> None:
+    """Every rank's result chunks of ``method`` (collective ``name``) are the oracle's."""
+    expected = expected_group_method(name, len(results))
+    for rank, (actual, want) in enumerate(zip(results, expected)):
         assert len(actual) == len(want), f"rank {rank}: {len(actual)} chunks, expected {len(want)}"
         for j, (a, w) in enumerate(zip(actual, want)):
-            expect_tensor(a, w, f"group.{method} on rank {rank}, chunk {j}")
+            if w is not None:  # None: unspecified (a reduce's non-root ranks)
+                expect_tensor(a, w, f"group.{method} on rank {rank}, chunk {j}")
+
+
+@pytest.mark.parametrize("name,method", name_set_cases())
+def test_group_method_names_agree(world, name, method):
+    """Each ProcessGroup method of a collective (both names of a single-buffer one) gives the oracle's result."""
+    expect_method_results(world.run(group_method, name, method), name, method)

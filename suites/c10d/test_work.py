@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from fixtures.rank import ctx
+from suites import collectives
 from suites.c10d.timeouts import SLACK_S, fresh_group
 from suites.checks import expect_tensor
 
@@ -147,14 +148,21 @@ def _t(numel: int = 4) -> torch.Tensor:
     return torch.ones(numel, device=ctx.device)
 
 
-SEQUENCED = {  # every other call async: both spellings count once
-    "all_reduce": lambda g, n, i: dist.all_reduce(_t(), group=g, async_op=bool(i % 2)),
-    "broadcast": lambda g, n, i: dist.broadcast(_t(), src=0, group=g),
-    "all_gather": lambda g, n, i: dist.all_gather([_t() for _ in range(n)], _t(), group=g),
-    "reduce_scatter": lambda g, n, i: dist.reduce_scatter(_t(), [_t() for _ in range(n)], group=g),
-    "all_to_all": lambda g, n, i: dist.all_to_all_single(_t(n), _t(n), group=g),
-    "barrier": lambda g, n, i: dist.barrier(group=g),
-}
+BARRIER = "barrier"  # moves no data, so not in the table of collectives, but sequenced like one
+
+
+def sequenced_call(name: str, group, call: int):
+    """Call ``name`` (a collective of suites/collectives.py, or barrier) once on ``group``, a group of every rank,
+    async on every other call: both spellings must count once. Returns the Work or None."""
+    if name == BARRIER:
+        return dist.barrier(group=group, async_op=bool(call % 2))
+    entry = collectives.get(name)
+    n = ctx.world_size
+    is_root = ctx.rank == n - 1
+    chunks = [_t() for _ in range(entry.inputs.count(n))] if entry.inputs.passed_by(is_root) else []
+    args = collectives.args_for(entry, chunks, lambda j: _t(), group_size=n, is_root=is_root, op=dist.ReduceOp.SUM,
+                                root=n - 1, group=group, async_op=bool(call % 2))
+    return entry.issue(args)
 
 
 def timed_all_reduce():
@@ -179,7 +187,7 @@ def sequence_numbers(collective: str, times: int = 3):
         group = ctx.scratch["sequenced_group"] = dist.new_group()
     seen = [group._get_sequence_number_for_group()]
     for i in range(times):
-        work = SEQUENCED[collective](group, ctx.world_size, i)
+        work = sequenced_call(collective, group, i)
         if work is not None:
             work.wait()
         seen.append(group._get_sequence_number_for_group())
@@ -255,7 +263,8 @@ def test_failed_work_reports_its_error(world, record_property):
 
 
 @pytest.mark.needs(feature="work_sequence_number")
-@pytest.mark.parametrize("collective", list(SEQUENCED))
+@pytest.mark.parametrize("collective", [pytest.param(entry.name, marks=pytest.mark.needs(**entry.need()))
+                                        for entry in collectives.TABLE.values()] + [BARRIER])
 def test_sequence_number_same_on_every_rank_and_plus_one_per_collective(world, collective):
     """_get_sequence_number_for_group is equal on every rank and grows by exactly one per collective."""
     results = world.run(sequence_numbers, collective)

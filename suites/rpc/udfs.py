@@ -197,3 +197,8 @@ def sorted_keys(mapping: dict) -> list[str]:
 def rref_confirmed_here(rref):
     """Run on a user that received ``rref`` in this call: is its fork confirmed by the owner, and is this the owner."""
     return rref.confirmed_by_owner(), rref.is_owner()
+
+
+def device_of(tensor):
+    """Where an argument tensor arrived on the callee (the device-map clauses)."""
+    return str(tensor.device)

@@ -1,0 +1,68 @@
+"""Contract: with device maps, accelerator tensors cross RPC onto the devices the maps name, and back.
+
+A worker whose options map each peer's device to its own
+(``TensorPipeRpcBackendOptions(device_maps={peer: {mine: theirs}}, devices=[mine])``, what the harness gives
+an agent on accelerator ranks: backends/rpc_agents.py:device_maps) sends a tensor on its device and the
+callee gets it on the device the map names; the callee's tensor result comes back on the caller's device
+(TensorPipe inverts the map for replies), for rpc_sync, rpc_async and remote().to_here() alike, values
+exact. Without a map for the destination, an accelerator tensor is refused with an error naming the
+device, never moved silently to the CPU. The ranks must be on an accelerator (one GPU is enough:
+TensorPipe maps cuda:0 to cuda:0 between two processes); on CPU ranks the clauses skip saying so.
+"""
+
+import pytest
+import torch
+
+from fixtures import rpc_lifecycle as lifecycle
+from fixtures.rank import ctx
+from suites.rpc import udfs
+from suites.rpc.common import outcome_of, peer_name
+from suites.rpc.test_calls import CALL_MODES, invoke
+
+
+# ---------------------------------------------------------------- rank side
+def send_on_my_device(mode):
+    """(the device the peer saw my tensor on, the device and value its reply came back with)."""
+    rpc = lifecycle.rpc()
+    mine = torch.arange(4.0, device=ctx.device) + ctx.rank
+    seen = invoke(rpc, mode, peer_name(), udfs.device_of, (mine,))
+    back = invoke(rpc, mode, peer_name(), torch.add, (mine, 1))
+    return seen, str(back.device), back.cpu()
+
+
+def send_without_a_map():
+    with lifecycle.private_agent(devices=()) as rpc:
+        return outcome_of(rpc.rpc_sync, peer_name(), torch.add, args=(torch.ones(2, device=ctx.device), 1))
+
+
+# ---------------------------------------------------------------- clauses
+@pytest.fixture
+def accelerator_ranks(backend_spec) -> None:
+    """Skip, saying why, where device maps do not apply: before rpc_agent, so a skip starts no agent."""
+    if backend_spec.device_type == "cpu":
+        pytest.skip(f"device maps move accelerator tensors; {backend_spec.name}'s ranks are on the cpu (run the RPC "
+                    f"areas with --backend gloo-cuda or nccl on a GPU machine)")
+
+
+@pytest.mark.needs(rpc_feature="device_maps")
+@pytest.mark.parametrize("mode", CALL_MODES)
+def test_tensor_crosses_onto_the_mapped_device_and_back(accelerator_ranks, rpc_agent, mode):
+    """An accelerator tensor reaches the callee on the device the map names; its reply returns on the caller's device."""
+    devices = rpc_agent.world.devices
+    for rank, (seen, back_device, back) in enumerate(rpc_agent.run(send_on_my_device, mode)):
+        to = (rank + 1) % rpc_agent.world_size
+        assert seen == str(torch.device(devices[to])), \
+            f"rank {rank} {mode}: worker{to} got the tensor on {seen}, its map names {devices[to]}"
+        assert back_device == str(torch.device(devices[rank])), \
+            f"rank {rank} {mode}: the reply came back on {back_device}, the caller is on {devices[rank]}"
+        assert torch.equal(back, torch.arange(4.0) + rank + 1), f"rank {rank} {mode}: reply {back.tolist()}"
+
+
+@pytest.mark.rpc_private_agent
+@pytest.mark.needs(rpc_feature="device_maps")
+def test_unmapped_destination_refuses_accelerator_tensors(accelerator_ranks, rpc_agent):
+    """Without a device map for the destination an accelerator tensor is refused with an error naming devices."""
+    for rank, got in enumerate(rpc_agent.run(send_without_a_map)):
+        assert got.raised and "device" in got.error.lower(), \
+            f"rank {rank}: an unmapped rpc_sync of a tensor on {rpc_agent.world.devices[rank]} to " \
+            f"worker{(rank + 1) % rpc_agent.world_size} {got.describe()}"
