@@ -34,16 +34,14 @@ GAPS = (
     MONITORED_BARRIER_GLOO_ONLY,
     # what a native group's backend offers beyond collectives (suites/c10d/test_capabilities.py,
     # test_backend_state.py), measured on torch 2.13 at ws2 and ws3: it coalesces and shrinks (after a rank
-    # left too) as it advertises; the rest c10d refuses for a plugin backend before native is asked
+    # left too) as it advertises, and merges (test_shrink_and_options.py); the rest c10d refuses for a plugin
+    # backend before native is asked
     Gap({"feature": "backend_options"},
         "torch 2.13 binds a backend's options for its own backends only (ProcessGroupGloo/NCCL.options): for a "
         "plugin, group._get_backend(cpu).options fails with \"AttributeError: 'torch._C._distributed_c10d.Backend' "
         "object has no attribute 'options'\", though native answers c10d's getBackendOptions() (its timeout) in C++ "
         "(under DETAIL torch's _ProcessGroupWrapper answers for it, with the right timeout: no gap there)",
         unless_env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
-    Gap({"feature": "merge_remote_group"},
-        "native does not implement merge: ProcessGroup.merge_remote_group fails with 'RuntimeError: Backend native "
-        "is missing implementation of merge.' (c10d's default Backend::merge; torch 2.13)"),
     Gap({"clause": "test_shrink_after_a_rank_died"},
         "under TORCH_DISTRIBUTED_DEBUG=DETAIL shrink_group's group escapes torch's wrapper: the parent group's "
         "backend is a _ProcessGroupWrapper reporting its timeout, the shrunk group's is the bare native Backend, "

@@ -84,6 +84,7 @@ enum class PlantedBug : int {
   shrink_ignores_options,     // a shrunk group keeps its parent's timeout over its options (register.cpp)
   shrink_waits_for_excluded,  // a shrunk group still counts the ranks it excluded (register.cpp)
   fr_never_completed,  // flight-recorder entries are never marked completed (work.cpp)
+  merge_ignores_timeout,      // a merged group keeps its parent's timeout over the one merge was given (register.cpp)
 };
 
 // Process-wide, not per group: the reduction kernels and makeReduction have no
@@ -394,6 +395,12 @@ class NativeBackend : public c10d::Backend {
   bool supportsShrinking() const override { return true; }
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
                                            const c10::intrusive_ptr<Options>& optsOverride) override;
+  // ProcessGroup.merge_remote_group: groups that meet in one store become one
+  // group of `size` ranks (c10d numbers them in the order they reached the store),
+  // with the timeout merge was given (a new segment, named through that store).
+  c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                          const int& size) override;
   // Works of collectives issued from now on report getDuration().
   void enableCollectivesTiming() override { timing_.store(true); }
   std::string segmentName() const { return segment_->name(); }

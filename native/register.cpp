@@ -103,6 +103,18 @@ c10::intrusive_ptr<c10d::Backend> NativeBackend::shrink(const std::vector<int64_
   return shrunk;
 }
 
+c10::intrusive_ptr<c10d::Backend> NativeBackend::merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                                       const int& size) {
+  // c10d passes this group's getBackendOptions() with the merge's timeout and name in it
+  const bool given = opts && opts->timeout.count() > 0;
+  // planted: the merged group keeps this (parent) group's timeout
+  const Ms timeout = given && !planted(PlantedBug::merge_ignores_timeout) ? opts->timeout : timeout_;
+  // the store is the merge's own (every merging group passes the same one), shared with c10d's rank counter
+  return c10::make_intrusive<NativeBackend>(c10::make_intrusive<c10d::PrefixStore>("native/merge/", store), rank,
+                                            size, timeout, std::vector<int64_t>{});
+}
+
 c10::intrusive_ptr<c10d::Backend::Options> NativeBackend::getBackendOptions() {
   auto options = c10::make_intrusive<Options>("native", timeout_);
   return options;
@@ -115,7 +127,7 @@ namespace {
 constexpr const char* kPlantedBugNames[] = {"none", "skip_last_rank", "early_completion", "no_timeout",
                                              "any_source_rank0", "premul_first_only", "complex_as_real",
                                              "abort_waits", "shrink_ignores_options", "shrink_waits_for_excluded",
-                                             "fr_never_completed"};
+                                             "fr_never_completed", "merge_ignores_timeout"};
 
 native::PlantedBug plantedBugNamed(const std::string& name) {
   std::string known;
@@ -125,7 +137,7 @@ native::PlantedBug plantedBugNamed(const std::string& name) {
   }
   throw py::value_error("native: unknown planted bug '" + name + "'; known: " + known);
 }
-static_assert(std::size(kPlantedBugNames) == static_cast<size_t>(native::PlantedBug::fr_never_completed) + 1,
+static_assert(std::size(kPlantedBugNames) == static_cast<size_t>(native::PlantedBug::merge_ignores_timeout) + 1,
               "a name for each PlantedBug");
 }  // namespace
 

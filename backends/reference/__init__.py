@@ -56,10 +56,6 @@ DISTCONFORM_SPEC = BackendSpec(
             "\"AttributeError: 'ReferenceProcessGroup' object has no attribute 'suspend'\" ('memory_stats' likewise)"),
         MONITORED_BARRIER_GLOO_ONLY,
         SPLIT_NEEDS_ACCELERATOR,
-        Gap({"feature": "merge_remote_group"},
-            "a Python ProcessGroup cannot be merged: torch 2.13's ProcessGroup.merge_remote_group(store, size, "
-            "timeout, name, desc) on a reference group returns None (\"merge_remote_group returned None\"), "
-            "since the C++ merge asks per-device c10d Backends, and the reference registers none"),
         Gap({"feature": "shrinking"},
             "the reference cannot shrink a group: shrink_group asks the group's device backend (the group itself, "
             "_get_backend(cpu)) for supports_shrinking, which it lacks, and fails with \"TypeError: Process group "

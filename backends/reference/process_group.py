@@ -806,6 +806,20 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 work.fail(failure)
         return work
 
+    # ------------------------------------------------------------ merging
+    def merge_remote_group(self, store, size: int, timeout: timedelta = timedelta(minutes=30),
+                           group_name: str | None = None, group_desc: str | None = None):
+        """ProcessGroup.merge_remote_group as c10d's C++ merge does it for its own backends: a rank per group in
+        the order the groups reach ``store`` (its "mergeGroupRank" counter), a new group of ``size`` over that
+        store with the given timeout, named and described as given (else this group's with ":merge"). c10d's merge
+        of a Python group asks the group's per-device Backends, of which the reference registers none, and returns
+        None; the merged group is unknown to c10d's Python registry, like any merged group (shutdown() ends it)."""
+        rank = store.add("mergeGroupRank", 1) - 1
+        merged = type(self)(dist.PrefixStore("reference/merge", store), rank, size, timeout)
+        merged._set_group_name(group_name if group_name is not None else f"{self.getGroupName()}:merge")
+        merged._set_group_desc(group_desc if group_desc is not None else f"{self.getGroupDesc()}:merge")
+        return merged
+
     # ----------------------------------------------------------- life cycle
     def _check_count(self, tensors, what: str) -> None:
         if len(tensors) != self.size():

@@ -26,7 +26,9 @@ data in the backends' specs, with the error seen):
   world is replaced afterwards (``World.run(exits=...)``);
 * ``ProcessGroup.merge_remote_group``: every rank's single-rank group merges
   over a store into one group of the world's size that reports the given
-  name, description and timeout and reduces.
+  name and description (and timeout, where the backend's options can be read),
+  reduces, and times out after the timeout merge was given, not its parent's
+  (measured by a collective one member skips).
 
 Every clause but the one that kills a rank leaves the world as it found it: a
 default group over all ranks, with the world's own timeout.
@@ -54,7 +56,10 @@ NCCL_HIGH_PRIORITY = True  # not NCCL's default (False): an NCCL that dropped it
 PARENT_TIMEOUT = timedelta(seconds=4)  # a shrunk group that inherits times out after this
 OVERRIDE_TIMEOUT = timedelta(seconds=1.5)  # ... one given pg_options after this
 TIMEOUT_SLACK_S = 2.0  # a timed-out collective fails within its timeout plus this (threads, a loaded host)
-MERGE_TIMEOUT = timedelta(seconds=13)  # under the harness deadline: a merge that cannot complete fails in time
+# gloo's listening side of a connection waits 5 x the timeout (its pair.h), so 5 x this stays under the harness
+# deadline: a merge that cannot connect fails in time
+MERGE_TIMEOUT = timedelta(seconds=3)
+MERGE_PARENT_TIMEOUT = timedelta(seconds=8)  # the one-rank groups': a merged group that kept it times out after this
 DEATH_WAIT_S = 20.0
 
 
@@ -239,11 +244,12 @@ def shrink_after_a_kill() -> dict | str | None:
 
 # ---------------------------------------------------------- rank side: merge
 def merge_single_rank_groups() -> dict | str:
-    """Each rank's own one-rank group merges with the others' over a store into one group."""
+    """Each rank's own one-rank group merges with the others' over a store into one group; then rank 0 reduces
+    alone over it: how long until that fails, and with what."""
     n = ctx.world_size
     mine = None
     for r in range(n):  # new_group is entered by every rank of the world
-        group = dist.new_group([r])
+        group = dist.new_group([r], timeout=MERGE_PARENT_TIMEOUT)
         if r == ctx.rank:
             mine = group
     out: dict | str
@@ -258,13 +264,25 @@ def merge_single_rank_groups() -> dict | str:
             merged.allreduce(tensor).wait()
             try:
                 timeout = merged._get_backend(torch.device(ctx.device)).options._timeout
-            except Exception as exc:
+            except Exception as exc:  # a plugin backend has no options accessor (the backend_options gap)
                 timeout = error(exc)
             out = {"rank": merged.rank(), "size": merged.size(), "name": merged.group_name,
                    "desc": merged.group_desc, "timeout": timeout, "sum": tensor.cpu()}
     except Exception as exc:
         out = error(exc)
-    dist.barrier()  # every rank's reduction has finished before any tears its end of the merged group down
+    if ctx.rank == 0:  # the others stay away from this reduction until it has failed
+        if not isinstance(out, str) and n >= 2:  # (a group of one reduces alone at once)
+            started = time.monotonic()
+            try:
+                merged.allreduce(torch.ones(4, device=ctx.device)).wait()
+                out["alone"] = "returned"
+            except Exception as exc:
+                out["alone"] = error(exc)
+            out["seconds"] = time.monotonic() - started
+        ctx.store.set("merge_alone_done", "1")
+    else:
+        ctx.store.wait(["merge_alone_done"], timedelta(seconds=60))
+    dist.barrier()  # every rank is done with the merged group before any tears its end of it down
     if merged is not None:
         merged.shutdown()  # made by the C++ ProcessGroup, unknown to c10d's Python registry
     dist.destroy_process_group(mine)
@@ -368,17 +386,29 @@ def test_shrink_after_a_rank_was_killed(world):
 
 
 @pytest.mark.needs(feature="merge_remote_group")
-def test_merge_remote_group(world):
+def test_merge_remote_group(world, record_property):
     """merge_remote_group joins every rank's one-rank group into one group with the given name, timeout, ranks."""
     n = world.world_size
-    results = world.run(merge_single_rank_groups)
+    results = world.run(merge_single_rank_groups, deadline=max(world.deadline, 30.0))
     for rank, out in enumerate(results):
         assert not isinstance(out, str), f"rank {rank}: merge_remote_group: {out}"
         assert out["size"] == n, f"rank {rank}: the merged group has {out['size']} ranks"
         assert out["name"] == results[0]["name"] and out["name"].startswith("probes_merged_"), \
             f"rank {rank}: the merged group is named {out['name']!r} (rank 0: {results[0]['name']!r})"
         assert out["desc"] == "probes_merged", f"rank {rank}: the merged group is described {out['desc']!r}"
-        assert out["timeout"] == MERGE_TIMEOUT, f"rank {rank}: the merged group reports timeout {out['timeout']}"
+        if rank == 0:
+            record_property("finding", f"the merged group's backend reports timeout {out['timeout']}")
+        if not isinstance(out["timeout"], str):  # an unreadable accessor is the backend_options clause's finding
+            assert out["timeout"] == MERGE_TIMEOUT, \
+                f"rank {rank}: the merged group reports timeout {out['timeout']}, merge was given {MERGE_TIMEOUT}"
         expect_tensor(out["sum"], total(range(n)), f"rank {rank}: all_reduce on the merged group")
     ranks = sorted(out["rank"] for out in results)
     assert ranks == list(range(n)), f"the merged group's ranks are {ranks}, not each of 0..{n - 1} once"
+    if n < 2:
+        return  # rank 0 is the whole merged group: nobody to stay away from a reduction
+    alone, want = results[0], MERGE_TIMEOUT.total_seconds()
+    record_property("finding", f"rank 0 alone in the merged group: {alone['alone']} after {alone['seconds']:.2f} s")
+    assert alone["alone"] != "returned", f"a reduction rank 0 ran alone returned after {alone['seconds']:.2f} s"
+    assert want * 0.9 <= alone["seconds"] <= want + TIMEOUT_SLACK_S, \
+        f"a reduction rank 0 ran alone in the merged group failed after {alone['seconds']:.2f} s, merge was given " \
+        f"{want:g} s (its one-rank group {MERGE_PARENT_TIMEOUT.total_seconds():g} s): {alone['alone']}"

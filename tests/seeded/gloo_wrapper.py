@@ -34,6 +34,9 @@ reading ``torch/distributed/distributed_c10d.py``):
 * ``group._get_backend(device)`` (a group's options, its ``supports_*`` flags)
   answers gloo for the cpu device, as for a plain gloo group.
 * ``dist.recv`` without a source reads the sender from ``work._source_rank()``.
+* ``group.merge_remote_group(...)`` on a Python group runs c10d's merge over
+  the group's per-device backends, of which it has none: it returns None. The
+  wrapper merges its plain ``inner_pg`` instead (a C++ ProcessGroup with gloo).
 * The gloo ``Backend`` binding has no ``allgather_into_tensor_coalesced``,
   ``reduce_scatter_tensor_coalesced`` and friends; those go through a plain
   ``ProcessGroup`` holding the same gloo backend (``self.inner_pg``).
@@ -297,6 +300,12 @@ class GlooWrapper(dist.ProcessGroup):
 
     def _set_sequence_number_for_group(self):
         return self.inner._set_sequence_number_for_group()
+
+    # ------------------------------------------------------------ merging
+    def merge_remote_group(self, store, size, timeout, group_name=None, group_desc=None):
+        """gloo's merge, through the plain ProcessGroup over the same gloo: c10d's merge of a Python group asks
+        its per-device backends, and it registers none, so without this the merge returns None."""
+        return self.inner_pg.merge_remote_group(store, size, timeout, group_name, group_desc)
 
     # -------------------------------------------------------- life cycle
     def set_timeout(self, timeout):
