@@ -247,9 +247,12 @@ def test_ci_run_keeps_the_native_build_in_a_cache_outside_the_clone(tmp_path):
     failed_build = f"mkdir -p {folder}"  # a folder without the library: a build that failed
     first = ci_run(checkout(tmp_path / "one"), failed_build)
     assert first.returncode == 0, first.stderr
-    assert not list(cache.glob("native/*/torch*")), "a failed build must not be saved"
+    cut_off = ci_run(checkout(tmp_path / "cut"), f"{failed_build} && echo so > {folder}/distconform_native.so")
+    assert cut_off.returncode == 0, cut_off.stderr
+    assert not list(cache.glob("native/*/torch*")), "a failed or cut-off build (no build-seconds) must not be saved"
 
-    second = ci_run(checkout(tmp_path / "two"), f"{failed_build} && echo so > {folder}/distconform_native.so")
+    second = ci_run(checkout(tmp_path / "two"), f"{failed_build} && echo so > {folder}/distconform_native.so"
+                                                f" && echo 50.4 > {folder}/build-seconds")
     assert second.returncode == 0, second.stderr
     saved = list(cache.glob("native/*/torch*"))
     assert [p.name for p in saved] == ["torch2.13.0+cpu-0123456789ab"] and (saved[0] / "distconform_native.so").exists()
