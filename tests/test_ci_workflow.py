@@ -5,6 +5,7 @@ the Debian packages); its behaviour is checked here on a copy of the script with
 pytest, so no test here installs anything.
 """
 
+import hashlib
 import os
 import re
 import shutil
@@ -222,3 +223,51 @@ def test_ci_runs_one_other_torch_release_through_its_tox_env():
     with open(os.path.join(REPO_ROOT, "tox.ini")) as fh:
         assert f"[testenv:torch{release}]" in fh.read()
     assert 'tox -e "torch$lane"' in run
+
+
+def test_ci_run_keeps_the_native_build_in_a_cache_outside_the_clone(tmp_path):
+    """A finished native build is saved after the tests and restored into the next fresh clone; a failed one is not."""
+    cache = tmp_path / "cache"
+    tools = {name: f'exec {shutil.which(name)} "$@"\n' for name in ("mkdir", "cp", "mv", "rm", "basename", "head",
+                                                                     "cksum", "cut")}
+    path = system_path(tmp_path, **tools, **{"c++": "echo 'c++ (stand-in) 1.0'\n"})
+    folder = "native/build/torch2.13.0+cpu-0123456789ab"
+
+    def ci_run(root: Path, builds: str) -> subprocess.CompletedProcess:
+        """.ci/run whose pytest logs whether the build was there, then leaves `builds` (a script) behind."""
+        (root / ".venv" / "bin" / "python").unlink()
+        stand_in(root / ".venv" / "bin" / "python",  # only `-m pytest` is stood in for; .ci/setup's -c is real
+                 f'[ "$1" = -m ] || exec {sys.executable} "$@"\n'
+                 f'[ -f {folder}/distconform_native.so ] && echo restored >> "{tmp_path}/calls"\n{builds}\n')
+        (root / STAMP).write_text(hashlib.sha256((root / "requirements.txt").read_bytes()).hexdigest() + "\n")
+        return subprocess.run([str(root / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PATH": path, "DISTCONFORM_TORCH_LANE": "",
+                                   "DISTCONFORM_CI_CACHE": str(cache)})
+
+    failed_build = f"mkdir -p {folder}"  # a folder without the library: a build that failed
+    first = ci_run(checkout(tmp_path / "one"), failed_build)
+    assert first.returncode == 0, first.stderr
+    cut_off = ci_run(checkout(tmp_path / "cut"), f"{failed_build} && echo so > {folder}/distconform_native.so")
+    assert cut_off.returncode == 0, cut_off.stderr
+    assert not list(cache.glob("native/*/torch*")), "a failed or cut-off build (no build-seconds) must not be saved"
+
+    second = ci_run(checkout(tmp_path / "two"), f"{failed_build} && echo so > {folder}/distconform_native.so"
+                                                f" && echo 50.4 > {folder}/build-seconds")
+    assert second.returncode == 0, second.stderr
+    saved = list(cache.glob("native/*/torch*"))
+    assert [p.name for p in saved] == ["torch2.13.0+cpu-0123456789ab"] and (saved[0] / "distconform_native.so").exists()
+    assert calls(tmp_path) == []  # neither run found a build before its tests
+
+    third_root = checkout(tmp_path / "three")
+    third = ci_run(third_root, "exit 1")
+    assert third.returncode == 1, "the tests' status stays the run's"
+    assert calls(tmp_path) == ["restored"]
+    assert (third_root / folder / "distconform_native.so").read_text() == "so\n"
+
+
+def test_ci_run_keeps_the_torch_release_env_outside_the_clone():
+    """The lane's tox env (gigabytes of torch) lives in the cache, so a fresh clone does not unpack torch again."""
+    with open(os.path.join(REPO_ROOT, ".ci", "run")) as fh:
+        run = fh.read()
+    assert 'tox -e "torch$lane" --workdir "$cache/tox"' in run
+    assert 'flock "$cache/tox/.lock"' in run  # two runs on one machine do not build the env at once

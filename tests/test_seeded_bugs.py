@@ -309,6 +309,7 @@ def agents_over_the_backend() -> list[str]:
     return [name for name in default_agents() if get(name).uses_backend]
 
 
+@pytest.mark.starts_first
 def test_clean_wrapper_matches_plain_gloo(tmp_path):
     """The control: the unbroken wrapper and plain gloo fail nothing and agree case by case."""
     from tests.seeded.clean import DISTCONFORM_SPEC as wrapped
