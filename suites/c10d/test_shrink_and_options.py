@@ -157,6 +157,26 @@ def _shrink_away_last_rank(parent, pg_options=None):
         return out
 
 
+def _reduced_alone_on_rank0(reduce, done_key: str, measure: bool = True) -> dict:
+    """Rank 0 runs ``reduce`` over a group whose other members stay away until it has failed (they wait on
+    ``done_key`` in the case store): {"alone": "returned" or its error, "seconds": how long} on rank 0, {} on the
+    others and where ``measure`` is False."""
+    found: dict[str, object] = {}
+    if ctx.rank == 0:
+        if measure:
+            started = time.monotonic()
+            try:
+                reduce()
+                found["alone"] = "returned"
+            except Exception as exc:
+                found["alone"] = error(exc)
+            found["seconds"] = time.monotonic() - started
+        ctx.store.set(done_key, "1")
+    else:
+        ctx.store.wait([done_key], timedelta(seconds=60))
+    return found
+
+
 # --------------------------------------------------- rank side: shrink timeouts
 def shrunk_group_timeout(how: str) -> dict | str | None:
     """Shrink a group made with PARENT_TIMEOUT (``how``: inherited, or overridden by pg_options); then rank 0
@@ -167,17 +187,7 @@ def shrunk_group_timeout(how: str) -> dict | str | None:
     if shrunk is None or isinstance(shrunk, str):
         return shrunk
     out: dict[str, object] = {"sum": summed(shrunk), "ranks": dist.get_process_group_ranks(shrunk)}
-    if ctx.rank == 0:  # the others stay away from this reduction until it has failed
-        started = time.monotonic()
-        try:
-            summed(shrunk)
-            out["alone"] = "returned"
-        except Exception as exc:
-            out["alone"] = error(exc)
-        out["seconds"] = time.monotonic() - started
-        ctx.store.set("shrink/alone_done", "1")
-    else:
-        ctx.store.wait(["shrink/alone_done"], timedelta(seconds=60))
+    out.update(_reduced_alone_on_rank0(lambda: summed(shrunk), "shrink/alone_done"))
     dist.destroy_process_group(shrunk)
     dist.barrier()
     return out
@@ -270,18 +280,10 @@ def merge_single_rank_groups() -> dict | str:
                    "desc": merged.group_desc, "timeout": timeout, "sum": tensor.cpu()}
     except Exception as exc:
         out = error(exc)
-    if ctx.rank == 0:  # the others stay away from this reduction until it has failed
-        if not isinstance(out, str) and n >= 2:  # (a group of one reduces alone at once)
-            started = time.monotonic()
-            try:
-                merged.allreduce(torch.ones(4, device=ctx.device)).wait()
-                out["alone"] = "returned"
-            except Exception as exc:
-                out["alone"] = error(exc)
-            out["seconds"] = time.monotonic() - started
-        ctx.store.set("merge_alone_done", "1")
-    else:
-        ctx.store.wait(["merge_alone_done"], timedelta(seconds=60))
+    alone = _reduced_alone_on_rank0(lambda: merged.allreduce(torch.ones(4, device=ctx.device)).wait(),
+                                    "merge_alone_done", measure=not isinstance(out, str) and n >= 2)
+    if not isinstance(out, str):  # (a group of one reduces alone at once: nothing measured)
+        out.update(alone)
     dist.barrier()  # every rank is done with the merged group before any tears its end of it down
     if merged is not None:
         merged.shutdown()  # made by the C++ ProcessGroup, unknown to c10d's Python registry
