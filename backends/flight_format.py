@@ -19,11 +19,6 @@ import torch
 
 DUMP_VERSION = "2.10"  # the format version torch 2.13's dumps carry; torch's own is used when it answers
 
-# The keys of one entry, in torch's order.
-ENTRY_KEYS = ("record_id", "pg_id", "process_group", "thread_name", "thread_id", "collective_seq_id", "p2p_seq_id",
-              "op_id", "profiling_name", "time_created_ns", "input_sizes", "input_dtypes", "output_sizes",
-              "output_dtypes", "state", "time_discovered_started_ns", "time_discovered_completed_ns", "retired",
-              "timeout_ms", "is_p2p")
 UNSET_TIMES = ("time_discovered_started_ns", "time_discovered_completed_ns")
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}

@@ -20,9 +20,7 @@ from types import ModuleType
 from backends import flight_format
 from backends.flight_recorders import RegisteredRecorder, register
 
-NAME = PREFIX = "native"
-
-
+NAME = PREFIX = "native"  # the registered recorder's name, and its profiling names' library
 UNNAMED_DESC = "undefined"  # c10d's description of a group nobody described, and the recorder's until it learns one
 
 

@@ -47,8 +47,9 @@ from fixtures.flight_dump import BACKEND, FR_SIZE_VARS, backend_recorders, recor
 from fixtures.rank import ctx
 from suites.c10d.timeouts import fresh_group
 
-# every clause, once per recorder it can read (states the requirement recorder=, backends/spec.py)
-pytestmark = pytest.mark.parametrize("recorder", RECORDERS)
+# every clause, once per recorder it can read (states the requirement recorder=, backends/spec.py); the
+# ``recorder`` fixture below skips what a backend does not keep
+pytestmark = pytest.mark.parametrize("recorder", RECORDERS, indirect=True)
 
 HANG_TIMEOUT_S = 0.5
 SETTLE_S = 2.0  # how long a waited Work's entry may take to leave "scheduled" (a watchdog may retire it)
@@ -216,12 +217,14 @@ def hang_dumped(directory: str, absent: int, recorder: str) -> tuple[str, str | 
 
 
 # ------------------------------------------------------------------ pytest side
-def read_through(world, recorder: str) -> None:
-    """Skip a ``backend`` case when the backend registers no recorder of its own: its entries are in torch's
-    (its ``torch`` cases read them) or nowhere (its ``torch`` cases' gap says so)."""
-    if recorder == BACKEND and not any(world.run(backend_recorders)):
+@pytest.fixture
+def recorder(request, world) -> str:
+    """The recorder a case reads; a ``backend`` case skips when the backend registers no recorder of its own: its
+    entries are in torch's (its ``torch`` cases read them) or nowhere (its ``torch`` cases' gap says so)."""
+    if request.param == BACKEND and not any(world.run(backend_recorders)):
         pytest.skip(f"{world.spec.name} registers no flight recorder of its own (backends/flight_recorders.py); "
                     f"the recorder=torch cases read what it records")
+    return request.param
 
 
 def expect_one_entry_per_call(results, calls: list[tuple[str, str]]) -> None:
@@ -273,7 +276,6 @@ def last_line(text: str) -> str:
 @pytest.mark.needs(flight_recorder="collectives")
 def test_collectives_recorded(world, recorder, record_property):
     """Each collective leaves one entry per rank with its name, sizes, dtypes, group and an agreed sequence id."""
-    read_through(world, recorder)
     results = world.run(record_calls, "collectives", recorder)
     n = world.world_size
     expect_one_entry_per_call(results, [(name, f"{name} {dtype} {shape}") for name, dtype, shape in COLLECTIVES])
@@ -302,7 +304,6 @@ def test_collectives_recorded(world, recorder, record_property):
 @pytest.mark.needs(flight_recorder="p2p")
 def test_p2p_recorded(world, recorder):
     """Each send and recv leaves one p2p entry on its rank, and the same call has the same p2p_seq_id everywhere."""
-    read_through(world, recorder)
     results = world.run(record_calls, "p2p", recorder)
     n = world.world_size
     expect_one_entry_per_call(results, [("send", "isend to the next rank"), ("recv", "irecv from the previous")])
@@ -321,7 +322,6 @@ def test_p2p_recorded(world, recorder):
 @pytest.mark.needs(flight_recorder="completion")
 def test_entries_complete_with_their_work(world, recorder):
     """An entry leaves "scheduled" once its Work completed: every waited call's state is "completed"."""
-    read_through(world, recorder)
     results = world.run(record_calls, "collectives", recorder, True)
     for rank, seen in enumerate(results):
         states = {e["profiling_name"]: e["state"] for e in seen["entries"]}
@@ -332,7 +332,6 @@ def test_entries_complete_with_their_work(world, recorder):
 @pytest.mark.needs(flight_recorder="pg_status")
 def test_pg_status_follows_the_group(world, recorder):
     """pg_status gives the group's last enqueued, started and completed collective: the last one waited for."""
-    read_through(world, recorder)
     results = world.run(record_calls, "collectives", recorder)
     for rank, seen in enumerate(results):
         name = seen["identity"][0]
@@ -345,7 +344,6 @@ def test_pg_status_follows_the_group(world, recorder):
 @pytest.mark.needs(flight_recorder="pg_config")
 def test_pg_config_names_every_group(world, recorder):
     """pg_config lists the default group and a new one under the names their entries use, with their ranks."""
-    read_through(world, recorder)
     results = world.run(record_calls, "collectives", recorder)
     for rank, seen in enumerate(results):
         for (name, desc), ranks in ((seen["identity"], seen["ranks"]),
@@ -359,7 +357,6 @@ def test_pg_config_names_every_group(world, recorder):
 @pytest.mark.needs(flight_recorder="analyser")
 def test_dumps_are_valid_analyser_input(world, recorder, tmp_path, record_property):
     """torch's fr_trace reads the ranks' dumps of completed collectives and reports no mismatch."""
-    read_through(world, recorder)
     results = world.run(healthy_calls_dumped, str(tmp_path), recorder)
     name = results[0][0]
     written = [count for _, count in results]
@@ -376,7 +373,6 @@ def test_dumps_are_valid_analyser_input(world, recorder, tmp_path, record_proper
 @pytest.mark.needs(flight_recorder="analyser", feature="group_timeout")
 def test_hang_names_the_missing_rank(world, recorder, tmp_path, record_property):
     """After one rank skips an all_reduce and the others time out, fr_trace names that rank and the collective."""
-    read_through(world, recorder)
     absent = world.world_size - 1
     results = world.run(hang_dumped, str(tmp_path), absent, recorder)
     pg_name = results[0][0]
