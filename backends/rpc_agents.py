@@ -62,8 +62,8 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
     ``spec.tensorpipe_transports`` picks TensorPipe's transports. The faulty
     agent cannot: its options class (C++ FaultyTensorPipeRpcBackendOptions)
     offers no ``_transports`` and always takes TensorPipe's defaults.
-    ``devices`` (every rank's device): ranks on accelerators map each peer's
-    device to their own (``device_maps``), as a user running RPC on GPUs
+    ``devices`` (every rank's device): ranks on accelerators map their own
+    device to each peer's (``device_maps``), as a user running RPC on GPUs
     must; the faulty agent's options take no maps.
     """
     rpc = importlib.import_module(spec.module)

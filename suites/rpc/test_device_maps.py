@@ -1,6 +1,6 @@
 """Contract: with device maps, accelerator tensors cross RPC onto the devices the maps name, and back.
 
-A worker whose options map each peer's device to its own
+A worker whose options map its own device to each peer's
 (``TensorPipeRpcBackendOptions(device_maps={peer: {mine: theirs}}, devices=[mine])``, what the harness gives
 an agent on accelerator ranks: backends/rpc_agents.py:device_maps) sends a tensor on its device and the
 callee gets it on the device the map names; the callee's tensor result comes back on the caller's device

@@ -1,7 +1,7 @@
 """Seeded bug: the TensorPipe agent is started without the device maps its accelerator ranks need.
 
-The harness gives a TensorPipe agent on CUDA ranks ``device_maps`` from each
-peer's device to its own (backends/rpc_agents.py:device_maps); this bug maps
+The harness gives a TensorPipe agent on CUDA ranks ``device_maps`` from its own
+device to each peer's (backends/rpc_agents.py:device_maps); this bug maps
 nothing (a plausible slip: maps built only for multi-GPU ranks). Caught by
 the device-map clause: TensorPipe refuses the CUDA tensor instead of moving it
 to the callee's device. Needs a CUDA GPU (``NEEDS_CUDA``): the gallery skips
