@@ -290,8 +290,9 @@ def missing_gpu(modules: tuple[str, ...]) -> str:
 
 @pytest.mark.parametrize("modules", BATCHES, ids=["+".join(b) for b in BATCHES])
 def test_seeded_bugs_are_caught(tmp_path, modules, gallery_runs):
-    if missing_gpu(modules):
-        pytest.skip(missing_gpu(modules))
+    why = missing_gpu(modules)
+    if why:
+        pytest.skip(why)
     run = gallery_runs.get(modules)
     document, tail = run.result() if run is not None else run_batch(tmp_path, modules)
     problems = [text for text in (verdict(module, document, tail) for module in modules) if text]
