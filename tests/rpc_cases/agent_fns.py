@@ -183,7 +183,9 @@ def timeouts() -> dict:
         out["per_call"] = error_of(rpc.rpc_sync, to, sleep_then, args=(1.0, "late"), timeout=0.2)
         out["default"] = error_of(rpc.rpc_sync, to, sleep_then, args=(1.0, "late"))
         out["async"] = error_of(lambda: rpc.rpc_async(to, sleep_then, args=(1.0, "late"), timeout=0.2).wait())
-        out["to_here"] = error_of(lambda: rpc.remote(to, sleep_then, args=(1.0, "late")).to_here(timeout=0.2))
+        # the remote's own (creation) timeout is long: under load its default 300 ms could fire before
+        # to_here's 200 ms, which start later, and to_here would then report the creation's timeout
+        out["to_here"] = error_of(lambda: rpc.remote(to, sleep_then, args=(1.0, "late"), timeout=5).to_here(timeout=0.2))
         out["no_timeout"] = error_of(rpc.rpc_sync, to, sleep_then, args=(0.5, "in time"), timeout=0)
         time.sleep(1.0)  # the late answers arrive now and must be dropped
         out["after"] = rpc.rpc_sync(to, add, args=(1, 2))
