@@ -46,13 +46,16 @@ from fixtures.workers import default_workers
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEEDED_DIR = os.path.join(REPO_ROOT, "tests", "seeded")
-NOT_BUGS = {"__init__", "gloo_wrapper", "clean", "reference_base"}
+NOT_BUGS = {"__init__", "gloo_wrapper", "clean", "reference_base", "planting"}
 BUG_TIMEOUT_S = 300
 CONTROL_TIMEOUT_S = 500
 HANG_DEADLINE_S = 5
 # Bug runs at once: each spends most of its time importing torch into fresh processes and waiting on
 # worlds, so more runs than cores keep the cores busy.
 GALLERY_JOBS = default_workers() + 1
+# Bugs in one run at most: each run costs about 6 s of CPU before its first case (pytest, torch in the run and its
+# fork server), which sharing saves; more bugs per run would leave too few runs to spread over the workers.
+BUGS_PER_RUN = 8
 
 
 def gallery() -> list[str]:
@@ -62,10 +65,10 @@ def gallery() -> list[str]:
 
 
 def run_suite(tmp_path, plugin: str, backend: str, *extra: str, timeout: float,
-              suite: str = "suites/") -> tuple[dict, str]:
+              suites: tuple[str, ...] = ("suites/",)) -> tuple[dict, str]:
     """Run the conformance suite in a subprocess; return (conformance.json, output tail)."""
     report_dir = tmp_path / "report"
-    cmd = [sys.executable, "-m", "pytest", suite, "--backend-plugin", plugin, "--backend", backend,
+    cmd = [sys.executable, "-m", "pytest", *suites, "--backend-plugin", plugin, "--backend", backend,
            "--world-size", "2", "-q", "-p", "no:cacheprovider", "--report-dir", str(report_dir), *extra]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     log_path = tmp_path / "pytest.log"
@@ -124,10 +127,18 @@ def describe(cases: list[dict]) -> str:
                      for c in cases)
 
 
-# Seeded modules a bug may import from and still share a run: they only define classes and register backends.
+# Seeded modules a bug may import from and still share a run: they define classes and register backends.
 SHARABLE_BASES = ("tests.seeded.gloo_wrapper", "tests.seeded.reference_base")
-REGISTERING = ("register", "register_reference")
+# Calls a shared bug module may make at import: registering its backend, planting its bug for its own backend's ranks
+# only (tests/seeded/planting.py, and the bases' helpers built on it), and making locks or random sources of its own.
+REGISTERING = ("register", "register_reference", "register_native_bug", "plant", "plant_in", "plant_in_profiling",
+               "spec")
+OWN_STATE = ("threading.Lock", "threading.RLock", "threading.Event", "random.SystemRandom", "random.Random")
 FACTS = ("SUITE", "EXTRA_ARGS", "HANGS", "CONTRACT", "NEEDS_CUDA")
+# What a bug module's EXTRA_ARGS may hold: options of the whole run (bugs share a run only when theirs are equal)
+# and -k, which narrows the bug's own cases (tests/gallery_plugin.py) and so never keeps bugs apart.
+RUN_OPTIONS = ("--rpc-agent", "--world-size", "--debug-level")
+KEYWORD = "-k"
 
 
 @dataclass(frozen=True)
@@ -142,12 +153,30 @@ class Bug:
 
     module: str
     summary: str
-    suite: str
-    extra_args: tuple[str, ...]
+    suite: str  # a folder, a file or a clause's node id
+    options: tuple[str, ...]  # of the whole run (RUN_OPTIONS, from EXTRA_ARGS)
+    keyword: str  # EXTRA_ARGS' -k: a word the names of the bug's cases contain ('' none)
     hangs: bool
     contract: str
     shares_a_run: bool
     needs_cuda: bool = False  # its clause moves CUDA tensors: the gallery skips it without a GPU, saying so
+
+
+def split_extra_args(module: str, extra_args: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    """(the run's options, the bug's -k keyword) from a module's EXTRA_ARGS; anything else is refused, named."""
+    options: list[str] = []
+    keyword = ""
+    pairs = iter(extra_args)
+    for flag in pairs:
+        value = next(pairs, None)
+        if value is None or flag not in (*RUN_OPTIONS, KEYWORD):
+            raise ValueError(f"tests/seeded/{module}.py: EXTRA_ARGS {extra_args!r}: the gallery takes "
+                             f"{', '.join(RUN_OPTIONS)} and {KEYWORD}, each with a value")
+        if flag == KEYWORD:
+            keyword = value
+        else:
+            options += [flag, value]
+    return tuple(options), keyword
 
 
 def _tree(module: str) -> ast.Module:
@@ -172,34 +201,60 @@ def _constants(tree: ast.Module) -> dict:
     return names
 
 
+def _dotted(node: ast.expr) -> str:
+    """``threading.Lock`` for the expression threading.Lock ('' for anything but names and attributes)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else ""
+    return ""
+
+
+def _allowed_call(call: ast.Call) -> bool:
+    """A registering, planting or own-state call, whose arguments call nothing but str methods (__doc__.strip())."""
+    name = _dotted(call.func)
+    if name not in REGISTERING and name not in OWN_STATE:
+        return False
+    inner = [n for arg in (*call.args, *(k.value for k in call.keywords)) for n in ast.walk(arg) if isinstance(n, ast.Call)]
+    return all(isinstance(n.func, ast.Attribute) and n.func.attr in ("strip", "splitlines") for n in inner)
+
+
 def shares_a_run(tree: ast.Module) -> bool:
-    """Importing the module registers its own backend class and changes nothing else.
+    """Importing the module registers its own backend and changes nothing any other backend's ranks run.
 
     Every rank imports every --backend-plugin module of a run, so bugs can
-    share a run only if none patches anything global (a DDP or RPC internal,
-    a reducer): its top level holds only imports (of torch, the project, the
-    two sharable bases), classes, functions, constants, and
-    ``DISTCONFORM_SPEC = register(...)`` / ``register_reference(...)``.
-    Native bugs never share: the bug planted in the native extension is one
-    setting for the whole process (native.hpp, PlantedBug).
+    share a run only if none changes shared code for everyone: its top level
+    holds only imports (of torch, the project, and seeded modules that share
+    runs themselves), classes, functions, constants, locks or random sources
+    of its own, and calls that register its backend or plant its bug for its
+    own backend's ranks (tests/seeded/planting.py; REGISTERING). Anything else,
+    an attribute assigned on a module or class above all, keeps it alone.
+    Native bugs share: a rank plants its native bug when it creates its
+    group, in its own process (native/__init__.py).
     """
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         if isinstance(node, ast.ImportFrom):
-            if (node.module or "").startswith("tests.seeded") and node.module not in SHARABLE_BASES:
+            module = node.module or ""
+            if module.startswith("tests.seeded") and module not in SHARABLE_BASES and not shares_a_run(_tree(module)):
                 return False
             continue
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # the docstring
             continue
-        if not isinstance(node, ast.Assign) or not all(isinstance(t, ast.Name) for t in node.targets):
-            return False
-        calls = [n for n in ast.walk(node.value) if isinstance(n, ast.Call)]
-        if any(getattr(t, "id", "") == "DISTCONFORM_SPEC" for t in node.targets):
-            if not (isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") in REGISTERING
-                    and len(calls) == 1):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):  # plant(...) for its own backend
+            if not _allowed_call(node.value):
                 return False
-        elif calls:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        value = getattr(node, "value", None)
+        if not targets or not all(isinstance(t, ast.Name) for t in targets):
+            return False
+        if value is None:
+            continue
+        calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
+        if calls and not (isinstance(value, ast.Call) and _allowed_call(value)):
             return False
     return True
 
@@ -207,36 +262,61 @@ def shares_a_run(tree: ast.Module) -> bool:
 def read_bug(module: str) -> Bug:
     tree = _tree(f"tests.seeded.{module}")
     facts = _constants(tree)
+    options, keyword = split_extra_args(module, tuple(facts.get("EXTRA_ARGS", ())))
     return Bug(module, (ast.get_docstring(tree) or module).strip().splitlines()[0], facts["SUITE"],
-               tuple(facts.get("EXTRA_ARGS", ())), bool(facts.get("HANGS", False)),
+               options, keyword, bool(facts.get("HANGS", False)),
                facts.get("CONTRACT", "(module names no contract)"), shares_a_run(tree),
                bool(facts.get("NEEDS_CUDA", False)))
 
 
 def batches(modules: list[str]) -> list[tuple[str, ...]]:
-    """Bugs that share a run: sharable, not hanging, with the same suite area and extra options; the rest alone."""
-    groups: dict[tuple, list[str]] = {}
+    """Runs of bugs: those that share a run and need the same run options together, BUGS_PER_RUN at most; the rest alone.
+
+    Hanging bugs share runs with hanging bugs only (their runs get the short
+    harness deadline). A run's bugs are kept in the order of their suites, so
+    a run covers few areas.
+    """
+    groups: dict[tuple, list[Bug]] = {}
     for module in modules:
         bug = read_bug(module)
-        key = (bug.suite, bug.extra_args) if bug.shares_a_run and not bug.hangs else ("alone", module)
-        groups.setdefault(key, []).append(module)
-    return [tuple(group) for group in groups.values()]
+        key = (bug.options, bug.hangs) if bug.shares_a_run else ("alone", module)
+        groups.setdefault(key, []).append(bug)
+    runs = []
+    for bugs in groups.values():
+        bugs.sort(key=lambda bug: (bug.suite, bug.module))
+        count = -(-len(bugs) // BUGS_PER_RUN)  # as many runs as needed, as even as can be
+        runs += [tuple(bug.module for bug in bugs[i::count]) for i in range(count)]
+    return runs
+
+
+def suites_of(bugs: list[Bug]) -> tuple[str, ...]:
+    """The paths a run collects: every bug's suite, less those inside another's (pytest would collect them twice)."""
+    def file_of(suite: str) -> str:
+        return suite.split("::", 1)[0]
+
+    paths = sorted({bug.suite for bug in bugs})
+    return tuple(path for path in paths if not any(
+        other != path and ((other.endswith("/") and path.startswith(other)) or ("::" in path and file_of(path) == other))
+        for other in paths))
 
 
 def run_batch(tmp_path, modules: tuple[str, ...]) -> tuple[dict, str]:
-    """Run the suite area that should catch these bugs, each planted in its own backend, in one pytest.
+    """Run the suite areas that should catch these bugs, each planted in its own backend, in one pytest.
 
-    A bug alone stops at its first failure (-x); bugs sharing a run cannot
-    (the first failure would end the others' runs), so each runs its area through.
+    tests/gallery_plugin.py gives each backend only its bug's cases (its
+    SUITE and -k) and stops it at its first failure, as a run of that bug
+    alone with -x would.
     """
-    first = read_bug(modules[0])
-    extra = [*(["-x"] if len(modules) == 1 else []), *first.extra_args]  # e.g. ("--rpc-agent", "reference-tp")
-    if first.hangs:
+    bugs = [read_bug(module) for module in modules]
+    plan = {bug.module: {"suite": bug.suite, "keyword": bug.keyword} for bug in bugs}
+    (tmp_path / "plan.json").write_text(json.dumps(plan, indent=1))
+    extra = ["-p", "tests.gallery_plugin", "--gallery-plan", str(tmp_path / "plan.json"), *bugs[0].options]
+    if bugs[0].hangs:
         extra += ["--deadline", str(HANG_DEADLINE_S)]
     for module in modules[1:]:
         extra += ["--backend-plugin", f"tests.seeded.{module}"]
     return run_suite(tmp_path, f"tests.seeded.{modules[0]}", ",".join(modules), *extra, timeout=BUG_TIMEOUT_S,
-                     suite=first.suite)
+                     suites=suites_of(bugs))
 
 
 BATCHES = batches(gallery())

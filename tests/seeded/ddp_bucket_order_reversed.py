@@ -12,6 +12,7 @@ only the bucket-layout clause catches it.
 
 import backends.reference.ddp.data_parallel as data_parallel
 from tests.seeded.gloo_wrapper import GlooWrapper, register
+from tests.seeded.planting import plant
 
 CONTRACT = "with find_unused_parameters buckets are reversed: bucket 0 holds the last-defined parameters"
 SUITE = "suites/ddp/"
@@ -21,7 +22,7 @@ def assignment_order(assignment: list) -> list:
     return list(assignment)  # BUG: not reversed
 
 
-data_parallel.reducer_order = assignment_order
+plant("ddp_bucket_order_reversed", data_parallel, "reducer_order", lambda original: assignment_order)
 
 DISTCONFORM_SPEC = register("ddp_bucket_order_reversed", GlooWrapper,
                             "gloo wrapped, reference DDP with buckets in assignment order (not reversed)")

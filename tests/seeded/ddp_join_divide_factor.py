@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from backends.reference.ddp.reducer import UNSET_DIV_FACTOR, Reducer
 from tests.seeded.gloo_wrapper import GlooWrapper, register
+from tests.seeded.planting import plant
 
 CONTRACT = "under Join, divide_by_initial_world_size=False averages over the ranks not yet joined"
 SUITE = "suites/ddp/test_join.py"  # the CONTRACT's file (the gallery runs only it, to stay fast)
@@ -21,7 +22,7 @@ def set_divide_factor_ignoring_join(self) -> None:
         self.div_factor = dist.get_world_size(self.process_group)  # BUG: the join count is never read
 
 
-Reducer.set_divide_factor = set_divide_factor_ignoring_join
+plant("ddp_join_divide_factor", Reducer, "set_divide_factor", lambda original: set_divide_factor_ignoring_join)
 
 DISTCONFORM_SPEC = register("ddp_join_divide_factor", GlooWrapper,
                             "gloo wrapped, reference DDP dividing by the initial world size under Join")

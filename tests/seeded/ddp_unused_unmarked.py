@@ -13,6 +13,7 @@ deadline turns into a failure.)
 
 from backends.reference.ddp.reducer import Reducer
 from tests.seeded.gloo_wrapper import GlooWrapper, register
+from tests.seeded.planting import plant
 
 CONTRACT = "rank-dependent control flow with find_unused_parameters gives every rank the average"
 SUITE = "suites/ddp/test_unused.py"  # the CONTRACT's clause (the gallery runs only its file, to stay fast)
@@ -22,7 +23,7 @@ def mark_nothing(self) -> None:
     return None  # BUG: self.unused_parameters are never marked ready
 
 
-Reducer.mark_unused_parameters_ready = mark_nothing
+plant("ddp_unused_unmarked", Reducer, "mark_unused_parameters_ready", lambda original: mark_nothing)
 
 DISTCONFORM_SPEC = register("ddp_unused_unmarked", GlooWrapper,
                             "gloo wrapped, reference DDP that never marks unused parameters ready")

@@ -8,7 +8,7 @@ nested-RPC clauses and by parity with TensorPipe on the nested workload.
 
 from backends.reference.rpc import profiling
 from tests.seeded.rpc_profiling_base import EXTRA_ARGS as BASE_ARGS
-from tests.seeded.rpc_profiling_base import SUITE, spec  # noqa: F401
+from tests.seeded.rpc_profiling_base import SUITE, plant_in_profiling  # noqa: F401
 
 CONTRACT = "the callee's events are collected when the response is complete (async_execution work included)"
 # the nested workload needs a third worker (the gallery's --world-size 2 is overridden)
@@ -20,5 +20,5 @@ def collect_at_return(fut, session, result, profiling_id):
     fut.add_done_callback(lambda done: profiling._answer(done, session, result, profiling_id, events))
 
 
-profiling.collect_when_complete = collect_at_return
-DISTCONFORM_SPEC = spec("rpc_profiling_async_missed", __doc__.strip().splitlines()[0])
+DISTCONFORM_SPEC = plant_in_profiling("rpc_profiling_async_missed", "collect_when_complete",
+                                      lambda original: collect_at_return, __doc__.strip().splitlines()[0])

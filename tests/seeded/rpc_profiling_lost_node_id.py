@@ -6,16 +6,15 @@ parity with TensorPipe (every remote event's node id differs).
 """
 
 from backends.reference.rpc import profiling
-from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, spec  # noqa: F401
+from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, plant_in_profiling  # noqa: F401
 
 CONTRACT = "remote events keep the node id (rank) of the worker that ran them"
 
-_clean = profiling.remote_record
+def _local_node(clean):
+    def remote_record_local_node(record, prefix):
+        return dict(clean(record, prefix), node_id=profiling.node_id())  # BUG: the caller's node id
+    return remote_record_local_node
 
 
-def remote_record_local_node(record, prefix):
-    return dict(_clean(record, prefix), node_id=profiling.node_id())
-
-
-profiling.remote_record = remote_record_local_node
-DISTCONFORM_SPEC = spec("rpc_profiling_lost_node_id", __doc__.strip().splitlines()[0])
+DISTCONFORM_SPEC = plant_in_profiling("rpc_profiling_lost_node_id", "remote_record", _local_node,
+                                      __doc__.strip().splitlines()[0])

@@ -5,18 +5,16 @@ with its defaults. Caught by the local-vs-remote shapes clause and by parity
 with TensorPipe (remote events come back with shapes []).
 """
 
-from backends.reference.rpc import profiling
-from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, spec  # noqa: F401
+from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, plant_in_profiling  # noqa: F401
 
 CONTRACT = "with record_shapes a remote op's input shapes equal the same op profiled locally"
 
-_clean = profiling.callee_config
+def _without_shapes(clean):
+    def callee_config_without_shapes(fields):
+        _, profile_memory = clean(fields)
+        return False, profile_memory  # BUG: record_shapes is dropped
+    return callee_config_without_shapes
 
 
-def callee_config_without_shapes(fields):
-    _, profile_memory = _clean(fields)
-    return False, profile_memory
-
-
-profiling.callee_config = callee_config_without_shapes
-DISTCONFORM_SPEC = spec("rpc_profiling_shapes_dropped", __doc__.strip().splitlines()[0])
+DISTCONFORM_SPEC = plant_in_profiling("rpc_profiling_shapes_dropped", "callee_config", _without_shapes,
+                                      __doc__.strip().splitlines()[0])

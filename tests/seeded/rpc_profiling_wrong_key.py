@@ -5,8 +5,7 @@ by the profiling suite's key clause and by parity with TensorPipe: every RPC
 event and every remote event name differs.
 """
 
-from backends.reference.rpc import profiling
-from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, spec  # noqa: F401 (the gallery reads them)
+from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, plant_in_profiling  # noqa: F401 (the gallery reads them)
 
 CONTRACT = "the RPC event is named rpc_{mode}#{name}({src} -> {dst}), remote events key#remote_op: op"
 
@@ -15,5 +14,5 @@ def wrong_key(mode, func_name, src_name, dst_name):
     return f"rpc_{getattr(mode, 'value', mode)}#{func_name}({src_name}->{dst_name})"
 
 
-profiling.rpc_profiling_key = wrong_key
-DISTCONFORM_SPEC = spec("rpc_profiling_wrong_key", __doc__.strip().splitlines()[0])
+DISTCONFORM_SPEC = plant_in_profiling("rpc_profiling_wrong_key", "rpc_profiling_key", lambda original: wrong_key,
+                                      __doc__.strip().splitlines()[0])

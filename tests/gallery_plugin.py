@@ -1,0 +1,107 @@
+"""pytest plugin of the seeded-bug gallery's runs: each bug's backend runs only its own clauses, until its first failure.
+
+The gallery (tests/test_seeded_bugs.py) runs several bugs in one pytest of
+the suite, each planted in a backend named after its module. This plugin,
+loaded there with ``-p tests.gallery_plugin --gallery-plan PLAN.json``, gives
+every backend of the plan what a run of that bug alone would have given it:
+
+- only the cases its module names: ``SUITE`` (a folder, a file or a clause's
+  node id) and an optional ``-k`` keyword, a word matched, as pytest's ``-k``
+  matches one, against the case's name (its clause and parameters) without
+  regard to case; every other case of that backend is deselected;
+- ``-x`` per backend: once a case of a backend failed (its bug is caught),
+  that backend's remaining cases are skipped, saying by which case, so a
+  caught bug costs no more than it did alone and the next backend's
+  world starts.
+
+Cases of backends the plan does not name are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from fixtures.pytest_plugin import target_of
+
+_CAUGHT = pytest.StashKey[dict]()  # backend -> node id of its first failed case
+_PLAN = pytest.StashKey[dict]()
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The cases one bug's backend runs: under ``suite``, and whose name contains ``keyword`` (if any)."""
+
+    suite: str
+    keyword: str = ""
+
+    def selects(self, nodeid: str, name: str) -> bool:
+        if self.keyword and self.keyword.lower() not in name.lower():
+            return False
+        if self.suite.endswith("/"):  # a folder
+            return nodeid.startswith(self.suite)
+        if "::" in self.suite:  # a clause, with any parameters
+            return nodeid == self.suite or nodeid.startswith((self.suite + "[", self.suite + "::"))
+        return nodeid.startswith(self.suite + "::")  # a file
+
+
+def read_plan(path: str) -> dict[str, Selection]:
+    """``{backend: {"suite": ..., "keyword": ...}}`` from ``path``, refused with the problem named."""
+    try:
+        with open(path) as fh:
+            raw = json.load(fh)
+        plan = {backend: Selection(entry["suite"], entry.get("keyword", "")) for backend, entry in raw.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise pytest.UsageError(f"--gallery-plan {path}: not a plan ({{backend: {{suite, keyword}}}}): {exc!r}") from None
+    for backend, selection in plan.items():
+        if not isinstance(selection.suite, str) or not selection.suite or not isinstance(selection.keyword, str):
+            raise pytest.UsageError(f"--gallery-plan {path}: {backend}'s suite must be a path and its keyword a "
+                                    f"string, not {selection.suite!r} and {selection.keyword!r}")
+        if not selection.keyword.replace("_", "").isalnum() and selection.keyword:
+            raise pytest.UsageError(f"--gallery-plan {path}: {backend}'s keyword {selection.keyword!r} is not one "
+                                    "word (the gallery matches one word, not a -k expression)")
+    return plan
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--gallery-plan", default=None, metavar="PLAN.json",
+                     help="the seeded-bug gallery's plan: which cases each bug's backend runs (tests/gallery_plugin.py)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("gallery_plan")
+    config.stash[_PLAN] = read_plan(path) if path else {}
+    config.stash[_CAUGHT] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    plan = config.stash[_PLAN]
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        target = target_of(item)
+        selection = plan.get(target.backend) if target is not None else None
+        (keep if selection is None or selection.selects(item.nodeid, item.name) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    target = target_of(item)
+    caught = item.config.stash[_CAUGHT].get(target.backend) if target is not None else None
+    if target is not None and caught:
+        pytest.skip(f"the gallery: {target.backend}'s bug was already caught by {caught}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    target = target_of(item)
+    if target is not None and target.backend in item.config.stash[_PLAN] and report.failed:
+        item.config.stash[_CAUGHT].setdefault(target.backend, item.nodeid)
+    return report
