@@ -20,11 +20,11 @@ SUITE = "suites/c10d/test_all_reduce.py"
 class RecordsHistory(ReferenceProcessGroup):
     """Collectives' results are written with autograd recording on (in the worker thread)."""
 
-    def _submit(self, name, fingerprint, run, opts_timeout=None):
-        def recorded(*args):
+    def _submit(self, name, fingerprint, run, *args, **kwargs):
+        def recorded(*run_args):
             with torch.enable_grad():  # BUG: the worker records the copy_ into the caller's tensor
-                return run(*args)
-        return super()._submit(name, fingerprint, recorded, opts_timeout)
+                return run(*run_args)
+        return super()._submit(name, fingerprint, recorded, *args, **kwargs)
 
 
 DISTCONFORM_SPEC = register_reference("reference_records_history", RecordsHistory)

@@ -43,14 +43,14 @@ def _covers(other: torch.Tensor, tensor: torch.Tensor, offset: int) -> bool:
 class WritesPastOutput(ReferenceProcessGroup):
     """The copy of every collective's result into its output tensors writes one element too many."""
 
-    def _submit(self, name, fingerprint, run, opts_timeout=None):
+    def _submit(self, name, fingerprint, run, *args, **kwargs):
         def overrunning(seq, fp, deadline, timeout_s):
             written = run(seq, fp, deadline, timeout_s)
             for tensor in written or ():
                 _one_past(tensor, written)  # BUG
             return written
 
-        return super()._submit(name, fingerprint, overrunning, opts_timeout)
+        return super()._submit(name, fingerprint, overrunning, *args, **kwargs)
 
 
 DISTCONFORM_SPEC = register_reference("reference_writes_past_output", WritesPastOutput)
