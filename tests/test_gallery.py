@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from fixtures.rank import ctx
 from tests.gallery_plugin import Selection, read_plan
 from tests.seeded.planting import plant, planted_in
-from tests.test_seeded_bugs import BATCHES, BUGS_PER_RUN, batches, gallery, read_bug, shares_a_run, split_extra_args, suites_of
+from tests.test_seeded_bugs import (BATCHES, BUGS_PER_RUN, batches, control_suites, gallery, read_bug, shares_a_run,
+                                    split_extra_args, suites_of)
 
 
 @pytest.fixture
@@ -156,3 +157,12 @@ def test_any_json_plan_is_read_or_refused_with_the_problem_named(tmp_path_factor
         assert str(path) in str(exc)
     else:
         assert all(isinstance(s.suite, str) and isinstance(s.keyword, str) for s in plan.values())
+
+
+def test_the_control_covers_every_area_and_the_rpc_files_bugs_run_over_the_backend():
+    """Every non-RPC area whole; of the RPC areas, the files a bug runs on an agent whose messages cross the backend."""
+    suites = control_suites()
+    assert {"suites/c10d/", "suites/p2p/", "suites/ddp/", "suites/parallel/", "suites/soak/"} <= set(suites)
+    assert "suites/rpc/test_futures.py" in suites  # rpc_pg_callback_blocks_listener, on reference-pg
+    assert not any(path.startswith(("suites/rpc/", "suites/dist_autograd/", "suites/profiling/"))
+                   for path in suites if path != "suites/rpc/test_futures.py")
