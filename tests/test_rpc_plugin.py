@@ -39,9 +39,9 @@ def test_default_agents_leave_out_the_shm_variant():
     assert shm.gaps == rpc_agents.get("tensorpipe").gaps
 
 
-def test_shm_variant_runs_when_named(tmp_path):
+def test_shm_variant_runs_when_named(futures_run):
     """An agent offered is an agent exercised: tensorpipe-shm, then tensorpipe, in the same world's processes."""
-    cases = futures_cases(tmp_path, "tensorpipe-shm,tensorpipe")
+    cases = of_agents(futures_run[0], "tensorpipe-shm", "tensorpipe")
     assert {(c["rpc_agent"], c["outcome"]) for c in cases} == {("tensorpipe-shm", "passed"),
                                                                ("tensorpipe", "passed")}, cases
 
@@ -118,8 +118,21 @@ def futures_cases(tmp_path, agents: str) -> list[dict]:
         return json.load(fh)["cases"]
 
 
-def test_report_carries_agent_and_gap(tmp_path):
-    cases = futures_cases(tmp_path, "reference-tp,tensorpipe")
+@pytest.fixture(scope="module")
+def futures_run(tmp_path_factory):
+    """One run of futures_cases for the two tests below (a pytest and its world to start, once): reference-tp,
+    then tensorpipe-shm, then tensorpipe (so tensorpipe still follows tensorpipe-shm in the same world)."""
+    folder = tmp_path_factory.mktemp("futures")
+    return futures_cases(folder, "reference-tp,tensorpipe-shm,tensorpipe"), folder
+
+
+def of_agents(cases: list[dict], *agents: str) -> list[dict]:
+    return [c for c in cases if c["rpc_agent"] in agents]
+
+
+def test_report_carries_agent_and_gap(futures_run):
+    cases, tmp_path = futures_run
+    cases = of_agents(cases, "reference-tp", "tensorpipe")
     by_agent = {(c["rpc_agent"], c["outcome"]) for c in cases}
     assert by_agent == {("reference-tp", "passed"), ("reference-tp", "xfailed"), ("tensorpipe", "passed")}, cases
     gap = next(c for c in cases if c["outcome"] == "xfailed")
