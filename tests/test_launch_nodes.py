@@ -8,13 +8,12 @@ import os
 import pickle
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from fixtures.spawner import processes_with_env
+from tests.harness_cases.fr_analyser import fr_trace_output
 from tests.harness_cases.launch_nodes import (MARK_ENV, NO_IPV6, junit_failure, outcomes, single_host_cases,
                                               two_torchrun_nodes)
 
@@ -98,10 +97,8 @@ def test_hang_on_node1_fails_with_every_rank_stack_both_hosts_and_the_flight_rec
         if rank < 3:  # the ranks that recorded the default group: its pg_config row, completed for fr_trace
             assert pickled["pg_config"]["0"]["ranks"] == "[0, 1, 2, 3]", pickled["pg_config"]
     # torch's analyser reads the dumps that crossed the channel, and finds the same missing rank
-    analysed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(kept),
-                               "--prefix", "rank_"], capture_output=True, text=True, timeout=120)
-    output = analysed.stdout + analysed.stderr
-    assert analysed.returncode == 0 and "missing ranks: {3}" in output and f"sequence number: {seq}" in output, output
+    output = fr_trace_output(kept)
+    assert "missing ranks: {3}" in output and f"sequence number: {seq}" in output, output
     after = by_name["test_after_failure[gloo-ws4]"]
     assert after["outcome"] == "skipped"
     assert after["reason"].startswith("launched world broken earlier in this run: DeadlineExceeded: "
