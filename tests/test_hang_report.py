@@ -6,8 +6,6 @@ import dataclasses
 import json
 import os
 import pickle
-import subprocess
-import sys
 
 import pytest
 
@@ -18,6 +16,7 @@ from fixtures.fr_trace_input import complete_entries, complete_pg_config, relabe
 from fixtures.hang_report import analyse
 from fixtures.world import World
 from tests.harness_cases import rank_fns
+from tests.harness_cases.fr_analyser import fr_trace_output
 from tests.harness_cases.procs import finish_pytest, run_pytest, start_pytest
 
 # func_only: a fixture's time is not counted, so a cold native build (backend_built: 2.5 min under CI's load, where
@@ -190,11 +189,7 @@ def test_hang_names_the_missing_rank_and_keeps_the_dumps(registry, tmp_path, bac
             assert pickle.load(fh)["entries"]  # torch's pickled dump, for fr_trace --prefix rank_
     # torch's analyser reads the kept dumps (as gloo wrote them it fails with "KeyError: ('0', 0)"; the reference's
     # and native's names are relabelled for it: fixtures/fr_trace_input.py)
-    analysed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
-                               str(tmp_path / "evidence"), "--prefix", "rank_"], capture_output=True, text=True,
-                              timeout=120)
-    output = analysed.stdout + analysed.stderr
-    assert analysed.returncode == 0, output
+    output = fr_trace_output(tmp_path / "evidence")
     assert "missing ranks: {1}" in output and f"sequence number: {seq}" in output, output
 
 

@@ -8,13 +8,12 @@ import os
 import pickle
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from fixtures.spawner import processes_with_env
+from tests.harness_cases.fr_analyser import fr_trace_output
 from tests.harness_cases.launch_nodes import (MARK_ENV, NO_IPV6, junit_failure, outcomes, single_host_cases,
                                               two_torchrun_nodes)
 
@@ -22,12 +21,31 @@ from tests.harness_cases.launch_nodes import (MARK_ENV, NO_IPV6, junit_failure, 
 # all_reduce case, subgroups, and the p2p clauses that run on the default world.
 SUBSET = ["suites/c10d/test_all_reduce.py", "suites/c10d/test_subgroups.py",
           "suites/p2p/test_send_recv.py", "suites/p2p/test_subsets.py", "suites/p2p/test_batch_isend_irecv.py"]
+# DDP (torch's and the reference reducer, Join) and RPC (the reference-pg agent over the launched world's group)
+TRAINING_SUBSET = ["suites/ddp/test_gradients.py", "suites/ddp/test_join.py",
+                   "suites/rpc/test_calls.py", "suites/rpc/test_rrefs.py"]
 
 
-def test_two_nodes_match_the_single_host_run_case_by_case(tmp_path):
-    results, launched = two_torchrun_nodes([*SUBSET, "--backend", "gloo", "-q"], tmp_path)
+@pytest.fixture(scope="module")
+def two_nodes_and_one_host(tmp_path_factory):
+    """Both subsets in one launched run on two nodes and one single-host run at world size 4 (each costs
+    two torchruns and their ranks, or a pytest and its world, to start: once for the two tests below);
+    --rpc-agent only selects the agents of TRAINING_SUBSET's RPC cases."""
+    tmp_path = tmp_path_factory.mktemp("two-nodes")
+    args = [*SUBSET, *TRAINING_SUBSET, "--backend", "gloo", "--rpc-agent", "reference-pg", "-q"]
+    results, launched = two_torchrun_nodes(args, tmp_path)
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
-    alone = single_host_cases([*SUBSET, "--backend", "gloo", "-q"], tmp_path)
+    alone = single_host_cases(args, tmp_path)
+    return tmp_path, launched, alone
+
+
+def _of_files(cases: dict, files: list[str]) -> dict:
+    return {nodeid: case for nodeid, case in cases.items() if nodeid.split("::")[0] in files}
+
+
+def test_two_nodes_match_the_single_host_run_case_by_case(two_nodes_and_one_host):
+    tmp_path, launched, alone = two_nodes_and_one_host
+    launched, alone = _of_files(launched, SUBSET), _of_files(alone, SUBSET)
     assert len(alone) > 200
     assert outcomes(launched) == outcomes(alone)
     assert all("ws4" in nodeid for nodeid in launched)
@@ -36,17 +54,10 @@ def test_two_nodes_match_the_single_host_run_case_by_case(tmp_path):
         "rank0-node0.log", "rank1-node0.log", "rank2-node1.log", "rank3-node1.log"]
 
 
-# DDP (torch's and the reference reducer, Join) and RPC (the reference-pg agent over the launched world's group)
-TRAINING_SUBSET = ["suites/ddp/test_gradients.py", "suites/ddp/test_join.py",
-                   "suites/rpc/test_calls.py", "suites/rpc/test_rrefs.py"]
-
-
-def test_ddp_and_rpc_suites_run_unchanged_on_two_nodes(tmp_path):
-    args = [*TRAINING_SUBSET, "--backend", "gloo", "--rpc-agent", "reference-pg", "-q"]
-    results, launched = two_torchrun_nodes(args, tmp_path)
-    assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
-    alone = single_host_cases(args, tmp_path)
-    assert {nodeid.split("::")[0] for nodeid in launched} == set(TRAINING_SUBSET)
+def test_ddp_and_rpc_suites_run_unchanged_on_two_nodes(two_nodes_and_one_host):
+    _, launched, alone = two_nodes_and_one_host
+    assert {nodeid.split("::")[0] for nodeid in launched} == set(SUBSET) | set(TRAINING_SUBSET)
+    launched, alone = _of_files(launched, TRAINING_SUBSET), _of_files(alone, TRAINING_SUBSET)
     assert outcomes(launched) == outcomes(alone)
 
 
@@ -86,10 +97,8 @@ def test_hang_on_node1_fails_with_every_rank_stack_both_hosts_and_the_flight_rec
         if rank < 3:  # the ranks that recorded the default group: its pg_config row, completed for fr_trace
             assert pickled["pg_config"]["0"]["ranks"] == "[0, 1, 2, 3]", pickled["pg_config"]
     # torch's analyser reads the dumps that crossed the channel, and finds the same missing rank
-    analysed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(kept),
-                               "--prefix", "rank_"], capture_output=True, text=True, timeout=120)
-    output = analysed.stdout + analysed.stderr
-    assert analysed.returncode == 0 and "missing ranks: {3}" in output and f"sequence number: {seq}" in output, output
+    output = fr_trace_output(kept)
+    assert "missing ranks: {3}" in output and f"sequence number: {seq}" in output, output
     after = by_name["test_after_failure[gloo-ws4]"]
     assert after["outcome"] == "skipped"
     assert after["reason"].startswith("launched world broken earlier in this run: DeadlineExceeded: "
@@ -194,23 +203,33 @@ def test_a_stopped_controller_node_leaves_no_process_on_the_other(tmp_path):
     assert re.search(r"rank [23] on host node1 ", by_name["test_injected_node_stop[gloo-ws4]"]["error"])
 
 
+@pytest.fixture(scope="module")
+def placement_over_ipv6_at_detail(tmp_path_factory):
+    """One launched run of test_placement for the two tests below (a launch costs two torchruns and their
+    ranks to start): --controller-address ::1 where this host has IPv6 (else the default address), and
+    --debug-level DETAIL under a launcher whose environment says INFO."""
+    tmp_path = tmp_path_factory.mktemp("placement")
+    address, expect_store = (["--controller-address", "::1"], {"EXPECT_STORE_HOST": "::1"}) if not NO_IPV6 else ([], {})
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-k", "placement", *address,
+                                         "--debug-level", "DETAIL"], tmp_path,
+                                        env={**expect_store, "EXPECT_HOSTS": "node0,node0,node1,node1",
+                                             "TORCH_DISTRIBUTED_DEBUG": "INFO", "EXPECT_DEBUG_LEVEL": "DETAIL"})
+    return results, cases
+
+
 @pytest.mark.skipif(bool(NO_IPV6), reason=NO_IPV6 or "-")
-def test_ipv6_controller_address(tmp_path):
+def test_ipv6_controller_address(placement_over_ipv6_at_detail):
     """--controller-address ::1: the ranks dial the control channel and the world's store over IPv6."""
-    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-k", "placement",
-                                          "--controller-address", "::1"], tmp_path,
-                                         env={"EXPECT_STORE_HOST": "::1", "EXPECT_HOSTS": "node0,node0,node1,node1"})
+    results, cases = placement_over_ipv6_at_detail
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
-    assert outcomes(cases) == {"tests/harness_cases/launch_cases.py::test_placement[gloo-ws4]": "passed"}
+    assert outcomes(cases) == {"tests/harness_cases/launch_cases.py::test_placement[gloo-ws4-DETAIL]": "passed"}
 
 
-def test_the_debug_level_reaches_every_launched_rank(tmp_path):
+def test_the_debug_level_reaches_every_launched_rank(placement_over_ipv6_at_detail):
     """--debug-level DETAIL under a launcher whose environment says INFO: the option wins, the case's id
     and report say DETAIL, and every rank runs at it (test_placement compares each rank's
     torch.distributed.get_debug_level() and $TORCH_DISTRIBUTED_DEBUG with the world's level)."""
-    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-k", "placement",
-                                         "--debug-level", "DETAIL"], tmp_path,
-                                        env={"TORCH_DISTRIBUTED_DEBUG": "INFO", "EXPECT_DEBUG_LEVEL": "DETAIL"})
+    results, cases = placement_over_ipv6_at_detail
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
     [(nodeid, case)] = cases.items()
     assert (nodeid, case["outcome"], case["debug_level"]) == (

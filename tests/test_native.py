@@ -30,148 +30,9 @@ import sys
 
 import pytest
 
+from tests.harness_cases.native_ranks import SEGMENT_PREFIX
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEGMENT_PREFIX = "distconform-native-"
-
-
-# ------------------------------------------------------------- rank side
-def _snapshot() -> dict:
-    threads = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as fh:
-                threads.append(fh.read().strip())
-        except FileNotFoundError:
-            pass
-    with open("/proc/self/maps") as fh:
-        maps = [line.split()[-2] if line.rstrip().endswith("(deleted)") else line.split()[-1]
-                for line in fh if SEGMENT_PREFIX in line]
-    return {
-        "native_threads": sorted(t for t in threads if t.startswith("native-")),
-        "maps": maps,
-        "fds": sorted(os.listdir("/proc/self/fd")),
-        "shm": sorted(name for name in os.listdir("/dev/shm") if name.startswith(SEGMENT_PREFIX)),
-    }
-
-
-def lifecycle_rank(store_path: str, rank: int, world_size: int, out_path: str) -> None:
-    """One rank: snapshot, init, use every path (collective, subgroup, p2p), snapshot, destroy, snapshot."""
-    import gc
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    import native  # noqa: F401  (registers the backend)
-
-    store = dist.FileStore(store_path, world_size)
-    before = _snapshot()
-    dist.init_process_group("native", store=store, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=60))
-    tensor = torch.ones(1 << 16)
-    dist.all_reduce(tensor)
-    sub = dist.new_group(list(range(world_size)))
-    dist.broadcast(tensor, 0, group=sub)
-    if rank == 0:
-        dist.send(tensor, 1)
-    elif rank == 1:
-        dist.recv(tensor, 0)
-    dist.barrier()
-    during = _snapshot()
-    dist.destroy_process_group()
-    del sub
-    gc.collect()
-    after = _snapshot()
-    with open(out_path, "w") as fh:
-        json.dump({"before": before, "during": during, "after": after, "sum": tensor.sum().item()}, fh)
-
-
-def dead_peer_rank(store_path: str, rank: int, world_size: int, scenario: str, victim: str, out_path: str) -> None:
-    """One rank of a group that loses ``victim`` (SIGKILL) while the others wait on it in ``scenario``."""
-    import signal
-    import threading
-    import time
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    import native  # noqa: F401  (registers the backend)
-
-    store = dist.FileStore(store_path, world_size)
-    dist.init_process_group("native", store=store, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=60))
-    victim_rank = int(victim)
-    dist.barrier()  # everybody attached and alive
-    die = lambda: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731
-    if rank == victim_rank:
-        if scenario == "all_reduce":  # killed while the loop below is in some collective's rounds
-            threading.Timer(0.5, die).start()
-        elif scenario in ("recv", "send"):
-            time.sleep(0.5)
-            die()
-        else:  # the others wait for it in the barrier
-            die()
-    error, elapsed = None, None
-    big = torch.ones(4 << 20)  # 16 MiB: every all_reduce takes several rounds
-    small = torch.zeros(4)
-    stop_at = time.monotonic() + 20
-    while error is None and time.monotonic() < stop_at:
-        started = time.monotonic()
-        try:
-            if scenario == "all_reduce":
-                dist.all_reduce(big)
-            elif scenario == "barrier":
-                dist.barrier()
-            elif scenario == "send":  # 4 MiB through a 1 MiB ring nobody drains: blocked on ring space
-                dist.send(big[: 1 << 20], victim_rank)
-            else:
-                dist.recv(small, victim_rank)
-        except Exception as exc:  # noqa: BLE001  (the failure is what this rank reports)
-            error, elapsed = str(exc), time.monotonic() - started
-    dist.destroy_process_group()
-    with open(out_path, "w") as fh:
-        json.dump({"error": error, "elapsed": elapsed, "after": _snapshot()}, fh)
-
-
-def recorder_rank(store_path: str, rank: int, world_size: int, size: str, out_path: str) -> None:
-    """One rank of two, with TORCH_FR_BUFFER_SIZE=``size``: an all_reduce and a broadcast, a send (rank 0) and
-    its recv (rank 1), then an all_reduce of a 0.5 s group rank 1 stays away from (rank 0's fails); then native's
-    own flight recorder as both dumps (native/flight_recorder.py)."""
-    os.environ["TORCH_FR_BUFFER_SIZE"] = size  # read when the process makes its first native group
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    from native import build, flight_recorder
-
-    store = dist.FileStore(store_path, world_size)
-    dist.init_process_group("native", store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
-    dist.all_reduce(torch.ones(4))
-    dist.broadcast(torch.zeros(2, 3, dtype=torch.int64), 0)
-    if rank == 0:
-        dist.send(torch.ones(5), 1)
-    else:
-        dist.recv(torch.empty(5), 0)
-    short = dist.new_group(timeout=timedelta(seconds=0.5))
-    error = None
-    if rank == 0:
-        try:
-            dist.all_reduce(torch.ones(1), group=short)
-        except Exception as exc:  # noqa: BLE001  (the expected timeout)
-            error = str(exc)
-        store.set("failed", "1")
-    else:
-        store.wait(["failed"])
-    extension = build.load()
-    pickled = flight_recorder.dump(extension, pickled=True)
-    with open(out_path, "w") as fh:
-        json.dump({"json": flight_recorder.dump(extension, pickled=False), "error": error,
-                   "short": short.group_name,
-                   "pickled_types": sorted({type(e["process_group"]).__name__ for e in pickled["entries"]}
-                                           | {type(row["last_enqueued_collective"]).__name__
-                                              for row in pickled["pg_status"].values()})}, fh)
 
 
 # ------------------------------------------------------------------ tests
@@ -220,10 +81,10 @@ def test_own_flight_recorder_records_every_call(tmp_path, size):
 
 
 def _run_ranks(tmp_path, world_size: int, function: str, *args, timeout: float = 180) -> list:
-    """Start ``world_size`` rank processes running ``tests.test_native.<function>``; their (returncode, output, pid)."""
+    """Start ``world_size`` rank processes running ``tests.harness_cases.native_ranks.<function>``; their (returncode, output, pid)."""
     procs = []
     for rank in range(world_size):
-        code = (f"import sys; from tests.test_native import {function}; "
+        code = (f"import sys; from tests.harness_cases.native_ranks import {function}; "
                 f"{function}(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:-1], sys.argv[-1])")
         procs.append(subprocess.Popen(
             [sys.executable, "-c", code, str(tmp_path / "store"), str(rank), str(world_size), *map(str, args),
@@ -286,7 +147,7 @@ def test_destroy_leaves_no_thread_segment_or_fd(tmp_path):
     world_size = 2
     procs = []
     for rank in range(world_size):
-        code = ("import sys; from tests.test_native import lifecycle_rank; "
+        code = ("import sys; from tests.harness_cases.native_ranks import lifecycle_rank; "
                 "lifecycle_rank(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])")
         procs.append(subprocess.Popen(
             [sys.executable, "-c", code, str(tmp_path / "store"), str(rank), str(world_size),

@@ -47,19 +47,39 @@ def test_csv_files_have_one_header_and_plain_numbers(tmp_path):
     assert rows[0]["profiled"] == "false"
 
 
-def test_plots_are_written_as_png_and_svg(tmp_path):
-    (tmp_path / "collectives.json").write_text(json.dumps(COLLECTIVES))
-    (tmp_path / "stress.json").write_text(json.dumps(RPC))
-    written = {os.path.basename(p) for p in benchmarks.write_outputs(str(tmp_path))}
+@pytest.fixture(scope="module")
+def written_folder(tmp_path_factory):
+    """COLLECTIVES and RPC with their CSV and plots written beside them, once for the two tests below (each figure
+    is drawn twice, PNG and SVG: most of their CPU); the paths write_outputs returned."""
+    folder = tmp_path_factory.mktemp("benchmarks")
+    (folder / "collectives.json").write_text(json.dumps(COLLECTIVES))
+    (folder / "stress.json").write_text(json.dumps(RPC))
+    return folder, benchmarks.write_outputs(str(folder))
+
+
+def test_plots_are_written_as_png_and_svg(written_folder):
+    folder, paths = written_folder
+    written = {os.path.basename(p) for p in paths}
     assert written == {"collectives.csv", "collectives_busbw.png", "collectives_busbw.svg", "collectives_time.png",
                        "collectives_time.svg", "rpc.csv", "rpc_rate.png", "rpc_rate.svg", "rpc_latency.png",
                        "rpc_latency.svg"}
-    assert (tmp_path / "collectives_busbw.png").read_bytes().startswith(b"\x89PNG")
-    svg = (tmp_path / "collectives_busbw.svg").read_text()
+    assert (folder / "collectives_busbw.png").read_bytes().startswith(b"\x89PNG")
+    svg = (folder / "collectives_busbw.svg").read_text()
     ET.fromstring(svg)  # well-formed
     for text in ("all_reduce", "broadcast", "gloo ws2", "reference ws2", "busbw (GB/s)"):
         assert text in svg, text
-    assert "reference-tp" in (tmp_path / "rpc_rate.svg").read_text()
+    assert "reference-tp" in (folder / "rpc_rate.svg").read_text()
+
+
+def test_report_html_embeds_the_benchmarks_of_its_folder(written_folder, tmp_path):
+    folder, _ = written_folder
+    text = render([], {}, out_dir=str(folder))
+    section = text.split('<section id="benchmarks">')[1].split("</section>")[0]
+    assert section.count('src="data:image/svg+xml;base64,') == 4  # embedded: the page stays self-contained
+    assert 'href="collectives.csv"' in section and 'href="rpc.csv"' in section
+    assert "<td>reference</td>" in section and "all_reduce" in section and "nccl: no GPU" in section
+    assert "reference-tp" in section and ">9000<" in section
+    assert 'id="benchmarks"' not in render([], {}, out_dir=str(tmp_path / "nothing"))
 
 
 def test_a_benchmark_in_a_conformance_report_folder_refreshes_report_html(tmp_path):
@@ -76,19 +96,6 @@ def test_a_benchmark_in_a_conformance_report_folder_refreshes_report_html(tmp_pa
     assert 'id="benchmarks"' in page and "a::t[gloo-ws2]" in page
     (tmp_path / "conformance.json").write_text("{broken")
     assert refresh_report(str(tmp_path)) == []
-
-
-def test_report_html_embeds_the_benchmarks_of_its_folder(tmp_path):
-    (tmp_path / "collectives.json").write_text(json.dumps(COLLECTIVES))
-    (tmp_path / "stress.json").write_text(json.dumps(RPC))
-    benchmarks.write_outputs(str(tmp_path))
-    text = render([], {}, out_dir=str(tmp_path))
-    section = text.split('<section id="benchmarks">')[1].split("</section>")[0]
-    assert section.count('src="data:image/svg+xml;base64,') == 4  # embedded: the page stays self-contained
-    assert 'href="collectives.csv"' in section and 'href="rpc.csv"' in section
-    assert "<td>reference</td>" in section and "all_reduce" in section and "nccl: no GPU" in section
-    assert "reference-tp" in section and ">9000<" in section
-    assert 'id="benchmarks"' not in render([], {}, out_dir=str(tmp_path / "nothing"))
 
 
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
@@ -109,17 +116,8 @@ def test_report_html_survives_any_benchmark_file(tmp_path, document):
     render([], {}, out_dir=str(tmp_path))
 
 
-def test_the_collective_benchmark_writes_csv_and_plots(tmp_path):
-    cmd = [sys.executable, "-m", "suites.stress.collectives", "--backend", "gloo", "--world-size", "2",
-           "--collectives", "all_reduce", "--max-bytes", "1K", "--target-seconds", "0.01", "--iters", "3",
-           "--report-dir", str(tmp_path)]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "also written: collectives.csv, collectives_busbw.png" in proc.stdout
-    with open(tmp_path / "collectives.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert rows and {r["collective"] for r in rows} == {"all_reduce"} and all(r["wrong"] == "0" for r in rows)
-    assert (tmp_path / "collectives_time.svg").exists()
+# The collective benchmark writing its CSV and plots, as a user runs it: checked on the run of
+# tests/test_stress_collectives.py::test_cli_smoke_gloo (one benchmark process instead of two).
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # matplotlib on junk: missing glyphs, nothing to log-scale

@@ -39,13 +39,6 @@ def test_default_agents_leave_out_the_shm_variant():
     assert shm.gaps == rpc_agents.get("tensorpipe").gaps
 
 
-def test_shm_variant_runs_when_named(tmp_path):
-    """An agent offered is an agent exercised: tensorpipe-shm, then tensorpipe, in the same world's processes."""
-    cases = futures_cases(tmp_path, "tensorpipe-shm,tensorpipe")
-    assert {(c["rpc_agent"], c["outcome"]) for c in cases} == {("tensorpipe-shm", "passed"),
-                                                               ("tensorpipe", "passed")}, cases
-
-
 def test_unknown_agent_names_the_known_ones():
     with pytest.raises(rpc_agents.UnknownAgent, match="'nope'.*tensorpipe, tensorpipe-shm, reference-pg, reference-tp"):
         rpc_agents.get("nope")
@@ -118,8 +111,29 @@ def futures_cases(tmp_path, agents: str) -> list[dict]:
         return json.load(fh)["cases"]
 
 
-def test_report_carries_agent_and_gap(tmp_path):
-    cases = futures_cases(tmp_path, "reference-tp,tensorpipe")
+@pytest.fixture(scope="module")
+def futures_run(tmp_path_factory):
+    """One run of futures_cases for the two tests below (a pytest and its world to start, once): reference-tp,
+    then tensorpipe-shm, then tensorpipe (so tensorpipe still follows tensorpipe-shm in the same world). The two
+    tests stay next to each other: pytest-xdist hands out consecutive tests together, so one worker runs both."""
+    folder = tmp_path_factory.mktemp("futures")
+    return futures_cases(folder, "reference-tp,tensorpipe-shm,tensorpipe"), folder
+
+
+def of_agents(cases: list[dict], *agents: str) -> list[dict]:
+    return [c for c in cases if c["rpc_agent"] in agents]
+
+
+def test_shm_variant_runs_when_named(futures_run):
+    """An agent offered is an agent exercised: tensorpipe-shm, then tensorpipe, in the same world's processes."""
+    cases = of_agents(futures_run[0], "tensorpipe-shm", "tensorpipe")
+    assert {(c["rpc_agent"], c["outcome"]) for c in cases} == {("tensorpipe-shm", "passed"),
+                                                               ("tensorpipe", "passed")}, cases
+
+
+def test_report_carries_agent_and_gap(futures_run):
+    cases, tmp_path = futures_run
+    cases = of_agents(cases, "reference-tp", "tensorpipe")
     by_agent = {(c["rpc_agent"], c["outcome"]) for c in cases}
     assert by_agent == {("reference-tp", "passed"), ("reference-tp", "xfailed"), ("tensorpipe", "passed")}, cases
     gap = next(c for c in cases if c["outcome"] == "xfailed")

@@ -8,6 +8,7 @@ status and the handling of hangs and unavailable backends.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -191,6 +192,14 @@ def test_cli_smoke_gloo(tmp_path):
     if "nccl" in backends:
         assert [u["backend"] for u in report["unavailable"]] == ["nccl"]
         assert "nccl: unavailable, skipped" in proc.stdout
+    # CSV and plots beside collectives.json (reports/benchmarks.py), from this same run: one benchmark
+    # process fewer than a run of their own (tests/test_report_benchmarks.py checks their content)
+    assert "also written: collectives.csv, collectives_busbw.png" in proc.stdout
+    with open(tmp_path / "report" / "collectives.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(records) and {r["collective"] for r in rows} == collectives
+    assert all(r["wrong"] == "0" for r in rows)
+    assert (tmp_path / "report" / "collectives_time.svg").exists()
 
 
 @pytest.mark.parametrize("bug, collective, size", [
