@@ -30,6 +30,10 @@ from tests.rpc_cases.in_process import agents_with_fake_peer
 pytestmark = pytest.mark.timeout(120)
 
 SLACK_S = 3.0  # two cores shared by many processes
+# The killed-worker case in spawned processes, beside CI's other workers: reference-pg raised after 8.9 s once
+# (its request fails by the 5 s RPC timeout, checked by a thread the load delays); a wait past a second timeout
+# (10 s) or a hang still fails.
+KILL_SLACK_S = 4.5
 REQUESTS = frozenset(int(k) for k in (Kind.SCRIPT_CALL, Kind.PYTHON_CALL, Kind.PYTHON_RREF_FETCH_CALL))
 
 
@@ -165,7 +169,7 @@ def test_worker_killed_mid_backward_fails_the_caller_in_time(tmp_path, agent):
             p.join(30)
         print(f"{agent}: {kind}: {text} after {took:.2f} s")
         assert kind == "RuntimeError" and text.startswith("Error on Node 0: "), (kind, text)
-        assert took < autograd_kill.RPC_TIMEOUT_S + SLACK_S, f"{agent}: raised after {took:.1f} s"
+        assert took < autograd_kill.RPC_TIMEOUT_S + KILL_SLACK_S, f"{agent}: raised after {took:.1f} s"
         assert exited and entries == 0
         assert procs[1].exitcode == 3, f"worker 1 exit code {procs[1].exitcode}"
     finally:
