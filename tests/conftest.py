@@ -33,17 +33,22 @@ def pytest_distconform_workers(config: pytest.Config) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "starts_first: the run's longest test (the gallery's control, about two minutes "
-                                       "under CI's load): started before the others, so no worker is left alone with "
-                                       "it at the end of a run over this folder")
+    config.addinivalue_line("markers", "starts_first(order=0): one of the run's longest tests (the gallery's control, "
+                                       "about two minutes under CI's load, then the gallery's runs): started before "
+                                       "the others, lowest order first, so no worker is left alone with one at the "
+                                       "end of a run over this folder")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``starts_first`` go first, the rest keep their order (every xdist worker sorts alike).
+    """Tests marked ``starts_first`` go first, by their order; the rest keep theirs (every xdist worker sorts alike).
 
-    pytest-xdist hands out tests in collection order: the control, collected
-    near the end of tests/, used to start when most of the run was done and
-    end it alone (about 17 s of a 12-minute run, modelled on CI's measured
-    durations; tests/test_seeded_bugs.py has the control).
+    pytest-xdist hands out tests in collection order: the control and the
+    gallery's runs, collected near the end of tests/, used to start when most
+    of the run was done and end it alone (the last two minutes of a 12-minute
+    run had one or two workers busy). Longest first is the usual remedy.
     """
-    items.sort(key=lambda item: item.get_closest_marker("starts_first") is None)
+    def order(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("starts_first")
+        return float("inf") if marker is None else marker.args[0] if marker.args else 0
+
+    items.sort(key=order)

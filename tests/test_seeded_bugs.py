@@ -368,6 +368,7 @@ def missing_gpu(modules: tuple[str, ...]) -> str:
     return ""
 
 
+@pytest.mark.starts_first(1)  # after the control: each run is 10 to 60 s under CI's load
 @pytest.mark.parametrize("modules", BATCHES, ids=["+".join(b) for b in BATCHES])
 def test_seeded_bugs_are_caught(tmp_path, modules, gallery_runs):
     why = missing_gpu(modules)
