@@ -51,6 +51,7 @@ void NativeBackend::startP2P() {
   readers_.resize(getSize());
   sendLocks_ = std::vector<std::mutex>(getSize());
   progress_ = std::thread([this] { progressLoop(); });
+  pthread_setname_np(progress_.native_handle(), "native-p2p");  // before it first runs (see register.cpp)
 }
 
 void NativeBackend::progressLoop() {
