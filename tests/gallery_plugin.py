@@ -59,7 +59,7 @@ def read_plan(path: str) -> dict[str, Selection]:
         if not isinstance(selection.suite, str) or not selection.suite or not isinstance(selection.keyword, str):
             raise pytest.UsageError(f"--gallery-plan {path}: {backend}'s suite must be a path and its keyword a "
                                     f"string, not {selection.suite!r} and {selection.keyword!r}")
-        if not selection.keyword.replace("_", "").isalnum() and selection.keyword:
+        if selection.keyword and not selection.keyword.replace("_", "").isalnum():
             raise pytest.UsageError(f"--gallery-plan {path}: {backend}'s keyword {selection.keyword!r} is not one "
                                     "word (the gallery matches one word, not a -k expression)")
     return plan

@@ -30,6 +30,7 @@ gaps apply.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import pkgutil
@@ -259,6 +260,7 @@ def shares_a_run(tree: ast.Module) -> bool:
     return True
 
 
+@functools.cache  # batching, the control's paths, each run and each verdict ask again: parse each module once
 def read_bug(module: str) -> Bug:
     tree = _tree(f"tests.seeded.{module}")
     facts = _constants(tree)
