@@ -5,25 +5,46 @@ multiset of those (times and thread ids excluded). The baseline is
 TensorPipe's, taken in a world of its own (TensorPipe starts once per
 process, and it does not use the c10d backend under test).
 
-TensorPipe's baseline runs on an agent with many worker threads: torch
-2.13's TensorPipe profiles only the first profiled request of each worker
-thread (suites/profiling/conftest.py). A single TensorPipe profile is not
-the baseline: under load TensorPipe adds events of its own machinery to
-some profiles (measured, call_self under two busy processes: aten::empty x2
-and aten::set_ at the caller's node in 2 of 10 profiles, while it unpacks
-the response) and a timing race can lose events. So the baseline of a
-workload is, per event, the counts TensorPipe produced over SAMPLES profiles
-(an event missing from a profile counts 0 there). An event TensorPipe
-recorded the same number of times in every profile must be matched exactly
-by every agent (one run after a warm-up); an event whose count varied between
-TensorPipe's own profiles is a timing artefact of TensorPipe's threads, not
-part of what an RPC records, so an agent may record it anywhere from 0 to
-TensorPipe's largest count (CI under load, three pytest workers: aten::empty
-x2 and aten::set_ of call_self async in most of five TensorPipe profiles, so
-a median baseline of them failed an agent that never records them). The
-median is what the report shows.
-"""
+What belongs to the contract is decided by rule, per event, never by how
+often TensorPipe happened to record it (measured with
+``python -m suites.profiling.measure``, 40 profiles of every workload and
+mode per world size, idle and beside two busy processes; docs/profiling.md):
 
+1. **Transport work, left out of both sides.** The two ops torch's
+   unpickler runs to rebuild a tensor of a message (TRANSPORT_OPS:
+   ``aten::empty`` with its six non-tensor arguments, then ``aten::set_`` of
+   a [0] tensor and a storage) are recorded by TensorPipe when the thread
+   that unpacks a response still holds the profiler state of the RPC that
+   waits for it: at the caller, unkeyed (call_self beside two busy
+   processes: in 2 of 10 profiles; builtin_add: 1 of 10; CI, three pytest
+   workers: call_self's ``aten::empty`` x2 and ``aten::set_`` in all five
+   profiles of a world, so the earlier rule that let only a varying count be
+   absent failed agents that never record them), and at an intermediate
+   callee, keyed ``rpc_sync#async_add(...)#remote_op: aten::empty`` (worker1
+   unpacking worker2's answer in nested_async: in 4 of 5 profiles under the
+   profiling area's own load). They are no operator of the RPC, so no agent
+   is asked to record or not record them, wherever they appear. A workload
+   that itself calls ``torch.empty`` would collide with the rule: none does.
+   Any other event is compared (an agent's own machinery included).
+2. **The callee's events of a racing call: complete, where TensorPipe
+   delivered them.** TensorPipe's callee collects its events in a
+   continuation (``processRunWithProfilingReq``: ``disableProfilerLegacy``
+   in ``then``) that races the request thread's profiler clean-up when the
+   answer completes on another thread. For the calls a workload declares
+   (``Workload.callee_events_race``: a UDF that raises, in every mode; the
+   @async_execution chain under ``remote``) TensorPipe lost the whole
+   ``#remote_op:`` group in 7 to 30 of 40 profiles beside two busy
+   processes, in none idle. For those calls an agent must record the group
+   exactly as TensorPipe's complete profiles hold it (its per-event maximum
+   over the samples); when TensorPipe lost it in every sample the group is
+   not compared and the report says so. An agent that drops the group
+   still fails wherever TensorPipe delivered it.
+3. **Everything else is exact.** The RPC's own event, ``to_here``, and the
+   callee's events of every other call: TensorPipe recorded each the same
+   number of times in all 480 profiles. Its samples must agree on them; if
+   they do not, the baseline fails with TensorPipeUnstable (a finding that
+   this rule is incomplete), never by loosening the comparison.
+"""
 from __future__ import annotations
 
 import json
@@ -31,15 +52,38 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-SAMPLES = 5  # odd: the median is a count TensorPipe itself produced
+SAMPLES = 5  # TensorPipe profiles per baseline: more only raise the odds of seeing a racing group complete
+# torch's unpickler rebuilding a message's tensor: (op, its input shapes as event_key spells them)
+TRANSPORT_OPS = frozenset({("aten::empty", "[[], [], [], [], [], []]"), ("aten::set_", "[[0], []]")})
+REMOTE_OP = "#remote_op: "  # what torch puts between an RPC's key and an op its callee ran
+
+
+class TensorPipeUnstable(AssertionError):
+    """TensorPipe's own profiles disagree on an event the rule holds as exact: the rule needs a measurement."""
 
 
 def event_key(evt: dict) -> tuple:
     return (evt["name"], evt["node_id"], json.dumps(evt["input_shapes"]))
 
 
+def is_transport(key: tuple) -> bool:
+    """Rule 1: a tensor-rebuilding op of message unpacking, keyed or not (the module docstring says why)."""
+    name, _, shapes = key
+    return (name.rsplit(REMOTE_OP, 1)[-1], shapes) in TRANSPORT_OPS
+
+
+def is_callee_event(key: tuple) -> bool:
+    return REMOTE_OP in key[0]
+
+
 def multiset(events: list[dict]) -> Counter:
-    return Counter(event_key(e) for e in events)
+    """The compared profile: every event's key and count, transport work (rule 1) left out."""
+    return Counter(key for key in map(event_key, events) if not is_transport(key))
+
+
+def transport_events(events: list[dict]) -> int:
+    """How many events of a profile rule 1 left out (the report shows it)."""
+    return sum(1 for key in map(event_key, events) if is_transport(key))
 
 
 def rows(counts: Counter) -> list[dict]:
@@ -49,28 +93,41 @@ def rows(counts: Counter) -> list[dict]:
 
 @dataclass
 class Baseline:
-    """TensorPipe's counts of each event over its samples: the median (shown), and what an agent may record."""
+    """What an agent must record for one workload and mode, from TensorPipe's samples by the module's rule."""
 
-    median: Counter
-    allowed: dict  # event key -> (least, most) count an agent may record
+    exact: Counter  # rule 3: every event TensorPipe records in every profile, with its count
+    callee: Counter  # rule 2: the racing call's callee group, complete (empty when not racing or never seen)
+    racing: bool  # the call's callee events race in TensorPipe (rule 2 applies)
+    lost_in: int = 0  # samples in which TensorPipe lost the racing group
+    samples: int = SAMPLES
 
-    def accepts(self, key: tuple, count: int) -> bool:
-        least, most = self.allowed.get(key, (0, 0))
-        return least <= count <= most
+    @property
+    def median(self) -> Counter:  # what the report shows as TensorPipe's profile
+        return self.exact + self.callee
+
+    @property
+    def callee_compared(self) -> bool:
+        return not self.racing or bool(self.callee)
 
 
-def median_baseline(sample) -> tuple[Baseline, int]:
-    """TensorPipe's baseline over SAMPLES calls of ``sample()``; (baseline, samples). A count every sample agrees
-    on is exact; one that varied between samples allows 0 to its largest value (the module docstring says why)."""
+def _disagreement(samples: list[Counter]) -> list[str]:
+    return [f"{key[0]!r} node {key[1]} shapes {key[2]}: counts {[s[key] for s in samples]}"
+            for key in sorted(set().union(*samples)) if len({s[key] for s in samples}) > 1]
+
+
+def take_baseline(sample, racing: bool) -> Baseline:
+    """TensorPipe's baseline over SAMPLES calls of ``sample()`` (each a ``multiset``), by the module's rule."""
     samples = [sample() for _ in range(SAMPLES)]
-    median: Counter = Counter()
-    allowed = {}
-    for key in set().union(*samples):
-        counts = sorted(s[key] for s in samples)
-        if counts[SAMPLES // 2]:
-            median[key] = counts[SAMPLES // 2]
-        allowed[key] = (counts[0], counts[0]) if counts[0] == counts[-1] else (0, counts[-1])
-    return Baseline(median, allowed), SAMPLES
+    split = [(Counter({k: n for k, n in s.items() if not (racing and is_callee_event(k))}),
+              Counter({k: n for k, n in s.items() if racing and is_callee_event(k)})) for s in samples]
+    exact = [rest for rest, _ in split]
+    if disagree := _disagreement(exact):
+        raise TensorPipeUnstable("TensorPipe's own profiles disagree on events the parity rule holds as exact "
+                                 "(suites/profiling/parity.py): " + "; ".join(disagree))
+    callee: Counter = Counter()
+    for _, group in split:
+        callee |= group  # per-event maximum: what a complete profile holds
+    return Baseline(exact[0], callee, racing, sum(1 for _, group in split if not group), SAMPLES)
 
 
 @dataclass
@@ -87,11 +144,16 @@ class Difference:
 
 
 def compare(expected: Baseline, actual: Counter) -> list[Difference]:
+    """Every event whose count differs from the baseline's; the callee group of a racing call only where
+    TensorPipe delivered it (rule 2), and then exactly."""
+    want = expected.exact + (expected.callee if expected.callee_compared else Counter())
     diffs = []
-    for key in sorted(set(expected.allowed) | set(actual)):
-        if not expected.accepts(key, actual[key]):
+    for key in sorted(set(want) | set(actual)):
+        if expected.racing and not expected.callee_compared and is_callee_event(key):
+            continue  # TensorPipe lost this group in every sample: nothing to hold the agent to
+        if want[key] != actual[key]:
             name, node, shapes = key
-            diffs.append(Difference(name, node, json.loads(shapes), expected.median[key], actual[key]))
+            diffs.append(Difference(name, node, json.loads(shapes), want[key], actual[key]))
     return diffs
 
 
@@ -106,6 +168,8 @@ class ParityRow:
     baseline_samples: int
     differences: list = field(default_factory=list)  # Difference.line() texts
     known_deviation: str = ""  # why the agent knowingly differs (its gap in backends/rpc_agents.py)
+    callee_lost_in: int | None = None  # racing call (rule 2): TensorPipe samples without the callee's events
+    agent_transport_events: int = 0  # events of the agent's profile that rule 1 left out
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
@@ -141,7 +205,7 @@ def markdown(rows_: list[dict]) -> str:
     """Per agent: a table of workloads x modes (match or how many events differ), then the differences."""
     lines = ["# Remote profiling parity with TensorPipe", "",
              "Each cell: the multiset of (event name, node id, input shapes) of one profiled workload "
-             "compared with TensorPipe's (each event's median count over its samples).", ""]
+             "compared with TensorPipe's (TensorPipe's transport work left out; the callee's events of a racing call as its complete profiles hold them).", ""]
     by_agent: dict[tuple, list[dict]] = {}
     for row in rows_:
         by_agent.setdefault((row["agent"], row["target"]), []).append(row)
@@ -151,7 +215,10 @@ def markdown(rows_: list[dict]) -> str:
                   "|---|" + "---|" * len(modes)]
         cells: dict[tuple, str] = {}
         for r in group:
-            if r["match"]:
+            lost = r.get("callee_lost_in")
+            if r["match"] and lost is not None and lost == r["baseline_samples"]:
+                cells[r["workload"], r["mode"]] = "match (callee events not compared: TensorPipe lost them)"
+            elif r["match"]:
                 cells[r["workload"], r["mode"]] = "match"
             elif r.get("known_deviation"):
                 cells[r["workload"], r["mode"]] = f"{len(r['differences'])} differ (known deviation)"

@@ -1,0 +1,97 @@
+"""Measure TensorPipe's profiles: which events of each workload vary between profiles, and why the rule holds.
+
+    python -m suites.profiling.measure [--samples 40] [--world-size 2,3] [--busy 2] [--out FILE]
+
+Takes ``--samples`` legacy profiles of every workload and mode on TensorPipe
+(rank 0 calls, as the parity clauses do), optionally beside ``--busy``
+processes spinning on a core each, and prints, per event that is not in
+every profile with the same count, how often it appeared and whether
+suites/profiling/parity.py's rule classifies it (transport work left out,
+the callee group of a racing call) or holds it exact. An exact event that
+varied is a measurement the rule does not cover: the command exits 1 and
+says which. The numbers in parity.py's docstring and docs/profiling.md come
+from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections import Counter
+
+from backends.registry import BackendRegistry
+from fixtures.world import World
+from suites.profiling import capture, parity
+from suites.profiling.workloads import MODES, WORKLOADS
+
+
+def sample_world(world_size: int, samples: int) -> dict[tuple[str, str], list[list[dict]]]:
+    """Every workload and mode's ``samples`` profiles (raw events) in a fresh gloo world running TensorPipe."""
+    world = World(BackendRegistry(()).get("gloo"), world_size, ("cpu",) * world_size).start()
+    init_dir = capture.new_init_dir()
+    out: dict[tuple[str, str], list[list[dict]]] = {}
+    try:
+        world.run(capture.start_tensorpipe, init_dir, 1024)
+        for name, work in WORKLOADS.items():
+            if work.min_world_size > world_size:
+                continue
+            for mode in MODES:
+                world.run(capture.profile_workload, "tensorpipe", name, mode, warmup=1)
+                out[name, mode] = [world.run(capture.profile_workload, "tensorpipe", name, mode)[0]["events"]
+                                   for _ in range(samples)]
+        world.run(capture.stop_tensorpipe)
+    finally:
+        world.close()
+    return out
+
+
+def classify(workload: str, mode: str, key: tuple) -> str:
+    if parity.is_transport(key):
+        return "transport work (rule 1: left out)"
+    if WORKLOADS[workload].races(mode) and parity.is_callee_event(key):
+        return "racing callee group (rule 2)"
+    return "EXACT (rule 3) yet it varied"
+
+
+def varying(profiles: list[list[dict]]) -> dict[tuple, Counter]:
+    """Per event key that is not in every profile with one count: how many profiles had each count."""
+    counts = [Counter(map(parity.event_key, events)) for events in profiles]
+    return {key: Counter(c[key] for c in counts) for key in sorted(set().union(*counts))
+            if len({c[key] for c in counts}) > 1}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--world-size", default="2,3")
+    parser.add_argument("--busy", type=int, default=0, help="processes spinning on a core each while sampling")
+    parser.add_argument("--out", help="write every varying event as JSON here")
+    args = parser.parse_args(argv)
+    busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.busy)]
+    uncovered, report = 0, []
+    try:
+        for world_size in (int(w) for w in args.world_size.split(",")):
+            for (workload, mode), profiles in sample_world(world_size, args.samples).items():
+                for key, seen in varying(profiles).items():
+                    verdict = classify(workload, mode, key)
+                    uncovered += verdict.startswith("EXACT")
+                    report.append({"world_size": world_size, "workload": workload, "mode": mode, "event": key[0],
+                                   "node": key[1], "shapes": key[2], "profiles_by_count": dict(seen),
+                                   "rule": verdict})
+                    print(f"ws{world_size} {workload} {mode}: {key[0]!r} node {key[1]} shapes {key[2]}: "
+                          f"{dict(sorted(seen.items()))} of {args.samples} profiles -> {verdict}")
+    finally:
+        for proc in busy:
+            proc.kill()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    print(f"{len(report)} varying events, {uncovered} not covered by the rule "
+          f"({args.samples} profiles per workload and mode, {args.busy} busy processes)")
+    return 1 if uncovered else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
