@@ -36,9 +36,10 @@ class Raised:
     callee: str = ""
 
     @property
-    def origin(self) -> str:
-        """The file the exception was raised in: the callee a mismatched call never entered, else the innermost frame."""
-        return self.callee or (self.frames[-1] if self.frames else "")
+    def origins(self) -> tuple[str, ...]:
+        """The files the exception came from: where it was raised (its innermost frame), and for a call with the
+        wrong arguments the file of the function called, which it never entered."""
+        return tuple(path for path in (self.frames[-1] if self.frames else "", self.callee) if path)
 
 
 @dataclass(frozen=True)

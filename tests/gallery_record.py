@@ -18,7 +18,10 @@ NEEDS = ("cuda",)
 
 
 def clause_matches(pattern: str, nodeid: str) -> bool:
-    """Whether case ``nodeid`` runs clause ``pattern`` (a node id without parameters): the clause with any parameters."""
+    """Whether case ``nodeid`` runs clause ``pattern`` (a node id without parameters): the clause with any parameters;
+    a pattern that is a file or folder matches each clause in it."""
+    if pattern.endswith("/"):
+        return nodeid.startswith(pattern)
     return nodeid == pattern or nodeid.startswith((pattern + "[", pattern + "::"))
 
 
@@ -28,7 +31,8 @@ class SeededBug:
 
     - ``contract``: the promise the bug breaks, in one line (shown when it is not caught);
     - ``clauses``: the clauses, as node ids without parameters (``suites/c10d/test_x.py::test_y``),
-      whose own check must fail on it: a failure anywhere else is not a catch;
+      whose own check must fail on it: a failure anywhere else is not a catch (a file or folder
+      instead of a node id accepts any clause in it: only for a bug no run has shown failing yet);
     - ``suite``: the folder, file or clause the run collects for it, and ``keyword`` a word its
       cases' names must contain ('' none): the run's selection, which holds the clauses;
     - ``options``: pytest options of the whole run (RUN_OPTIONS, flag and value pairs);
@@ -63,9 +67,10 @@ class SeededBug:
         if not self.clauses:
             yield "it names no clause that catches it"
         for clause in self.clauses:
-            if "::" not in clause or "[" in clause:
-                yield f"clause {clause!r} must be a node id without parameters (file.py::test_name)"
-            elif not self.selects(clause):
+            if not (clause.split("::")[0].endswith(".py") or clause.endswith("/")) or "[" in clause:
+                yield (f"clause {clause!r} must be a node id without parameters (file.py::test_name), or a "
+                       "file or folder (any clause in it, until a run names the one)")
+            elif not self.collects(clause):
                 yield f"clause {clause!r} is outside its suite {self.suite!r}: its run would never collect it"
         if self.keyword and not self.keyword.replace("_", "").isalnum():
             yield f"keyword {self.keyword!r} must be one word"
@@ -100,6 +105,10 @@ class SeededBug:
         if "::" in self.suite:
             return clause_matches(self.suite, nodeid)
         return nodeid.startswith(self.suite + "::")
+
+    def collects(self, clause: str) -> bool:
+        """Whether the bug's run collects the cases of ``clause`` (a node id without parameters, a file or a folder)."""
+        return self.selects(clause if "::" in clause or clause.endswith("/") else clause + "::")
 
     def caught_by(self, nodeid: str) -> bool:
         """Whether ``nodeid`` is a case of one of the clauses that must catch the bug."""

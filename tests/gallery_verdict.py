@@ -49,8 +49,8 @@ class Verdict:
 def raised_in(path: str, raised: Raised) -> bool:
     """Whether ``raised`` came from file ``path`` (relative to the repository): where it was raised, or the
     function of that file a mismatched call named."""
-    origin = os.path.normpath(raised.origin)
-    return bool(origin) and (origin == path or origin.endswith(os.sep + path))
+    origins = [os.path.normpath(origin) for origin in raised.origins]
+    return any(origin == path or origin.endswith(os.sep + path) for origin in origins)
 
 
 def crash_of(bug: SeededBug, case: FailedCase) -> Raised | None:

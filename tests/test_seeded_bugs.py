@@ -169,9 +169,9 @@ def batches(modules: list[str]) -> list[tuple[str, ...]]:
         groups.setdefault(key, []).append(bug)
     runs = []
     for bugs in groups.values():
-        bugs.sort(key=lambda bug: (bug.suite, bug.module))
+        bugs.sort(key=lambda bug: (bug.suite, bug.name))
         count = -(-len(bugs) // BUGS_PER_RUN)  # as many runs as needed, as even as can be
-        runs += [tuple(bug.module for bug in bugs[i::count]) for i in range(count)]
+        runs += [tuple(bug.name for bug in bugs[i::count]) for i in range(count)]
     return runs
 
 
