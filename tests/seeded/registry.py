@@ -43,11 +43,10 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: the tensor form of all_gather lays the ranks' pieces out in reverse rank order.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='allgather_base_reversed',
         contract='FSDP2 training for several steps equals single-process training on the whole batch',
-        clauses=('suites/parallel/test_fsdp.py',),
+        clauses=('suites/parallel/test_fsdp.py::test_fsdp2_matches_baseline',),
         suite='suites/parallel/test_fsdp.py',
         shares_a_run=True,
     ),
@@ -95,51 +94,46 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: backward returns once the caller's own part ran, without waiting for the workers it sent gradients to.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='autograd_early_return',
         contract='A callee branch that does not lead back to the caller (a self-call with a slow backward) has finished when backward returns',
-        clauses=('suites/dist_autograd/test_chains.py',),
+        clauses=('suites/dist_autograd/test_chains.py::test_backward_returns_after_every_workers_part',),
         suite='suites/dist_autograd/test_chains.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: distributed backward accumulates leaf gradients into ``.grad`` instead of the context.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='autograd_grad_attribute',
         contract='loss = rpc_sync(peer, mul, (t1, t2)).sum(): get_gradients gives t1 -> t2 and t2 -> t1; .grad is untouched',
-        clauses=('suites/dist_autograd/test_backward.py',),
+        clauses=('suites/dist_autograd/test_backward.py::test_one_root_gradients_land_in_the_context',),
         suite='suites/dist_autograd/test_backward.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: backward ignores ``retain_graph=True`` and frees every worker's graph after each pass.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='autograd_retain_ignored',
         contract='Three backward passes with retain_graph=True through a remote mul leave 1x, 2x, 3x the gradient',
-        clauses=('suites/dist_autograd/test_retain_graph.py',),
+        clauses=('suites/dist_autograd/test_retain_graph.py::test_retain_graph_passes_accumulate',),
         suite='suites/dist_autograd/test_retain_graph.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: the caller's send functions run on the agent thread that delivered their gradients.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='autograd_send_runs_off_caller',
         contract='A profiled backward on the caller records the torch::distributed::autograd::backward range and the SendRpcBackward and RecvRpcBackward it ran',
-        clauses=('suites/dist_autograd/test_profiled_backward.py',),
+        clauses=('suites/dist_autograd/test_profiled_backward.py::test_profiled_backward_records_its_range_and_send_and_recv_functions',),
         suite='suites/dist_autograd/test_profiled_backward.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: a recv function sends its gradients to the context's creator instead of the worker that sent the message.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='autograd_wrong_worker',
         contract="A -> B -> A: the callee calls back into the caller; gradients equal the local graph's",
-        clauses=('suites/dist_autograd/test_chains.py',),
+        clauses=('suites/dist_autograd/test_chains.py::test_chain_back_to_the_caller',),
         suite='suites/dist_autograd/test_chains.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
@@ -161,7 +155,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: broadcast always sends from rank 0, whatever ``src`` says.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='broadcast_wrong_root',
         contract="broadcast(src=root) leaves every rank with the root's tensor, for every root",
@@ -202,25 +195,22 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug in the reference DDP: under Join, gradients always divided by the initial world size.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='ddp_join_divide_factor',
         contract='under Join, divide_by_initial_world_size=False averages over the ranks not yet joined',
-        clauses=('suites/ddp/test_join.py',),
+        clauses=('suites/ddp/test_join.py::test_join_gradients_per_iteration',),
         suite='suites/ddp/test_join.py',
         shares_a_run=True,
     ),
     # Seeded bug in the reference DDP: unused parameters found, but never marked ready.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='ddp_unused_unmarked',
         contract='rank-dependent control flow with find_unused_parameters gives every rank the average',
-        clauses=('suites/ddp/test_unused.py',),
+        clauses=('suites/ddp/test_unused.py::test_rank_dependent_control_flow',),
         suite='suites/ddp/test_unused.py',
         shares_a_run=True,
     ),
     # Seeded bug: a plugin backend that leaves collective checking to torch's DETAIL wrapper, which never sees it.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='debug_unwrapped_gloo',
         contract='Under TORCH_DISTRIBUTED_DEBUG=DETAIL an all_reduce with mismatched shapes raises on every rank naming both shapes',
@@ -230,33 +220,30 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: the reference DistributedOptimizer waits for its owners but drops their exceptions.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='dist_optimizer_errors_swallowed',
         contract="An owner's optimizer raising in its constructor makes DistributedOptimizer(...) raise with its text",
-        clauses=('suites/dist_autograd/test_optimizer.py',),
+        clauses=('suites/dist_autograd/test_optimizer.py::test_exception_in_optimizer_constructor_propagates',),
         suite='suites/dist_autograd/test_optimizer.py',
         keyword='optimizer_constructor_propagates',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: the reference DistributedOptimizer steps every parameter with its first gradient forever.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='dist_optimizer_stale_gradients',
         contract='Weights on two other workers trained with DistributedOptimizer equal local training (same data, N steps)',
-        clauses=('suites/dist_autograd/test_optimizer.py',),
+        clauses=('suites/dist_autograd/test_optimizer.py::test_training_on_two_owners_equals_local',),
         suite='suites/dist_autograd/test_optimizer.py',
         keyword='two_owners_equals_local',
         options=('--rpc-agent', 'reference-tp', '--world-size', '3',),
         shares_a_run=False,
     ),
     # Seeded bug: floating-point SUM/AVG adds the ranks' contributions in a varying order.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='float_sum_order_varies',
         contract='all_reduce of random floats, repeated, gives identical bits every time and on every rank',
-        clauses=('suites/parallel/test_determinism.py',),
+        clauses=('suites/parallel/test_determinism.py::test_all_reduce_bitwise_repeatable',),
         suite='suites/parallel/test_determinism.py',
         options=('--world-size', '3',),
         shares_a_run=True,
@@ -296,7 +283,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: once an all_reduce of a group timed out, the group's next all_reduce never completes.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='group_hangs_after_timeout',
         contract="after a timeout the group's next collective succeeds or fails at once, as declared; never a hang",
@@ -322,7 +308,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug in the native backend: abort() leaves a collective in flight waiting until its deadline.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='native_abort_waits',
         contract='A Work pending on a group that is aborted fails at once (well within 3 s)',
@@ -373,7 +358,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug in the native backend: the group's timeout never fires.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='native_no_timeout',
         contract="a collective one rank skips raises within the group's timeout",
@@ -391,7 +375,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug in the native backend: a shrink ignores the pg_options it is given.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='native_shrink_ignores_options',
         contract='a shrunk group times out after the timeout its own pg_options give',
@@ -402,7 +385,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug in the native backend: a shrunk group still counts the ranks it excluded.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='native_shrink_waits_for_excluded',
         contract="after a rank's process died, the others shrink the default group and reduce over it",
@@ -445,7 +427,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: all_reduce ignores the requested reduce op and always sums.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='reduce_op_ignored',
         contract="all_reduce gives every rank the exact reduction of all ranks' inputs (any op)",
@@ -454,11 +435,10 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: the tensor form of reduce_scatter computes AVG as SUM.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='reduce_scatter_base_avg_as_sum',
         contract='FSDP2 training for several steps equals single-process training on the whole batch',
-        clauses=('suites/parallel/test_fsdp.py',),
+        clauses=('suites/parallel/test_fsdp.py::test_fsdp2_matches_baseline',),
         suite='suites/parallel/test_fsdp.py',
         shares_a_run=True,
     ),
@@ -480,7 +460,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: reduce_scatter (tensor form) gives each rank its neighbour's chunk.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='reduce_scatter_wrong_chunk',
         contract="reduce_scatter (tensor form): rank i ends with op over every rank's i-th chunk",
@@ -489,11 +468,10 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: reduce always delivers the result to rank 0, whatever ``dst`` says.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='reduce_to_rank_zero',
         contract='reduce(dst=root) leaves the exact reduction over all ranks at the root, for every root',
-        clauses=('suites/c10d/test_broadcast_reduce.py',),
+        clauses=('suites/c10d/test_broadcast_reduce.py::test_reduce_to_every_root',),
         suite='suites/c10d/test_broadcast_reduce.py',
         shares_a_run=True,
     ),
@@ -506,7 +484,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug in the reference backend: all_reduce_coalesced is not implemented.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='reference_coalesced_hole',
         contract='every torch.distributed entry point runs on the backend (dist.all_reduce_coalesced)',
@@ -580,7 +557,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug in the reference backend: the worker thread writes results with autograd recording.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='reference_records_history',
         contract='all_reduce writes data only: a tensor with autograd history keeps its grad_fn and gradient',
@@ -605,7 +581,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug in the reference backend: sparse all_reduce drops the imaginary parts of complex values.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='reference_sparse_complex_as_real',
         contract="The group's own all_reduce SUM of complex sparse COO tensors adds complex values at equal indices",
@@ -622,7 +597,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug in the reference backend: Work.wait(timeout) ignores its timeout.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='reference_wait_timeout_ignored',
         contract='Work.wait(timeout) raises on expiry while a member is away',
@@ -648,11 +622,10 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: RemoteModule installs ``forward`` / ``forward_async`` from functions named otherwise.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='remote_module_forward_unpicklable',
         contract="rm.forward, rm.forward_async and vars(rm) pickle over RPC; the receiver's forward runs the same remote module",
-        clauses=('suites/dist_autograd/test_remote_module.py',),
+        clauses=('suites/dist_autograd/test_remote_module.py::test_bound_forward_travels_over_rpc',),
         suite='suites/dist_autograd/test_remote_module.py',
         keyword='bound_forward',
         options=('--rpc-agent', 'reference-tp',),
@@ -679,11 +652,10 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: the reference caller sends a builtin call whose arguments no schema of the operator takes.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_builtin_unmatched_sent',
         contract='A torch builtin runs as its aten operator: torch.cos of a one-element tensor returns a tensor, math.cos a float',
-        clauses=('suites/rpc/test_fidelity.py',),
+        clauses=('suites/rpc/test_fidelity.py::test_builtins_run_the_torch_operator',),
         suite='suites/rpc/test_fidelity.py',
         keyword='builtins',
         options=('--rpc-agent', 'reference-tp',),
@@ -701,22 +673,20 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=False,
     ),
     # Seeded bug: the reference caller re-raises a remote error's text without torch's unicode_escape decoding.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_error_text_escaped',
         contract="A re-raised remote error's text is unicode_escape-decoded as torch does: repr's \\n is a line break",
-        clauses=('suites/rpc/test_fidelity.py',),
+        clauses=('suites/rpc/test_fidelity.py::test_remote_error_text_is_decoded_as_torch_decodes_it',),
         suite='suites/rpc/test_fidelity.py',
         keyword='decoded',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: the reference RPC agent swallows a remote function's exception and answers None.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_exception_swallowed',
         contract="A remote function's exception is re-raised on the caller with its type and message",
-        clauses=('suites/rpc/test_errors.py',),
+        clauses=('suites/rpc/test_errors.py::test_remote_exception_keeps_type_and_message',),
         suite='suites/rpc/test_errors.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
@@ -731,52 +701,47 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: the reference RPC pickler sends an nn.Parameter as a plain tensor.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_parameter_as_tensor',
         contract='An nn.Parameter arrives as an nn.Parameter (requires_grad kept, a leaf), sent or inside a returned module',
-        clauses=('suites/rpc/test_fidelity.py',),
+        clauses=('suites/rpc/test_fidelity.py::test_parameter_keeps_its_class',),
         suite='suites/rpc/test_fidelity.py',
         keyword='parameter',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=False,
     ),
     # Seeded bug: reference-pg completes futures on its only listener thread and never hands receiving on.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_pg_callback_blocks_listener',
         contract='A then() callback that waits on another RPC to the same peer completes (tensor([3., 3.])), no deadlock',
-        clauses=('suites/rpc/test_futures.py',),
+        clauses=('suites/rpc/test_futures.py::test_then_callback_may_wait_on_another_rpc',),
         suite='suites/rpc/test_futures.py',
         options=('--rpc-agent', 'reference-pg',),
         shares_a_run=True,
     ),
     # Seeded bug: the callee answers with the events recorded when the function returned, missing async work.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_profiling_async_missed',
         contract="the callee's events are collected when the response is complete (async_execution work included)",
-        clauses=('suites/profiling/',),
+        clauses=('suites/profiling/test_parity.py::test_nested_async_events_match_tensorpipe',),
         suite='suites/profiling/',
         options=('--rpc-agent', 'reference-tp', '--world-size', '3',),
         shares_a_run=True,
     ),
     # Seeded bug: a profiled Python function that raises answers with its error but without its events.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_profiling_error_events_dropped',
         contract="a profiled Python function that raises brings its error and the callee's events back (TensorPipe parity)",
-        clauses=('suites/profiling/',),
+        clauses=('suites/profiling/test_parity.py::test_events_match_tensorpipe',),
         suite='suites/profiling/',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: remote events lose the callee's node id and show the caller's.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_profiling_lost_node_id',
         contract='remote events keep the node id (rank) of the worker that ran them',
-        clauses=('suites/profiling/',),
+        clauses=('suites/profiling/test_parity.py::test_events_match_tensorpipe',),
         suite='suites/profiling/',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
@@ -791,41 +756,37 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: the RPC's profiling key drops the spaces around "->" ("rpc_sync#aten::add(worker0->worker1)").
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_profiling_wrong_key',
         contract='the RPC event is named rpc_{mode}#{name}({src} -> {dst}), remote events key#remote_op: op',
-        clauses=('suites/profiling/',),
+        clauses=('suites/profiling/test_parity.py::test_events_match_tensorpipe',),
         suite='suites/profiling/',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: the reference RPC agent sends each reply to the worker whose request arrived last.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_reply_wrong_caller',
         contract='A worker calling itself by its own name runs the function locally and gets the result; many calls in flight from every worker to every worker: each reply comes from the callee asked',
-        clauses=('suites/rpc/test_calls.py',),
+        clauses=('suites/rpc/test_calls.py::test_call_to_self',),
         suite='suites/rpc/test_calls.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: graceful shutdown gives up on late workers after the RPC timeout.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_shutdown_inherits_rpc_timeout',
         contract="Graceful shutdown waits for a worker that reaches it 3 RPC timeouts later; every worker's returns",
-        clauses=('suites/rpc/test_shutdown.py',),
+        clauses=('suites/rpc/test_shutdown.py::test_graceful_shutdown_waits_for_a_late_worker_beyond_the_rpc_timeout',),
         suite='suites/rpc/test_shutdown.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: reference-tp sends every tensor row-major, so a transpose arrives contiguous.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rpc_strides_lost',
         contract='A transposed, permuted, channels_last or expanded tensor arrives with its strides, as argument and as result',
-        clauses=('suites/rpc/test_fidelity.py',),
+        clauses=('suites/rpc/test_fidelity.py::test_strides_survive_rpc',),
         suite='suites/rpc/test_fidelity.py',
         keyword='strides',
         options=('--rpc-agent', 'reference-tp',),
@@ -841,27 +802,24 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: an RRef's owner answers local_value() only once remote() has built the value, and refuses before.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rref_owner_refuses_unbuilt',
         contract='An RRef sent to its owner while remote() still builds the value works there, even in a call to self',
-        clauses=('suites/rpc/test_rrefs.py',),
+        clauses=('suites/rpc/test_rrefs.py::test_rref_reaches_owner_before_its_value',),
         suite='suites/rpc/test_rrefs.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: ``rref.remote().method()`` sends the call without checking the owner's value type first.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='rref_remote_proxy_unchecked',
         contract="rref.remote().missing_method() raises AttributeError at the call (the owner's value type is checked first)",
-        clauses=('suites/rpc/test_fidelity_more.py',),
+        clauses=('suites/rpc/test_fidelity_more.py::test_remote_proxy_of_a_missing_method_raises_at_the_call',),
         suite='suites/rpc/test_fidelity_more.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
     # Seeded bug: scatter hands out the root's list in reverse order.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='scatter_ignores_root_order',
         contract="scatter(src=root): rank i receives entry i of the root's list",
@@ -878,22 +836,20 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: all_reduce AVG on a subgroup divides by the world size, not the group size.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='subgroup_avg_by_world_size',
         contract="Each mesh dimension's group holds exactly the ranks sharing the other coordinates; all_reduce over it sums (and averages) them",
-        clauses=('suites/parallel/test_dtensor.py',),
+        clauses=('suites/parallel/test_dtensor.py::test_device_mesh_dims',),
         suite='suites/parallel/test_dtensor.py',
         keyword='device_mesh',
         options=('--world-size', '4',),
         shares_a_run=True,
     ),
     # Seeded bug: a subgroup's broadcast translates its root from global to group rank a second time.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='subgroup_root_translated_twice',
         contract='broadcast on a subgroup takes src as a global rank and reaches only the members',
-        clauses=('suites/c10d/test_subgroups.py',),
+        clauses=('suites/c10d/test_subgroups.py::test_subgroup_broadcast_global_root',),
         suite='suites/c10d/test_subgroups.py',
         options=('--world-size', '3',),
         shares_a_run=True,
@@ -907,7 +863,6 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: the group's timeout is ignored; a collective a peer skips blocks forever.
-    # NOT YET SEEN FAILING in a gallery run: the clause its module's docstring names
     SeededBug(
         name='timeout_ignored',
         contract="a collective one rank skips raises within the group's timeout",
@@ -917,11 +872,10 @@ BUGS: tuple[SeededBug, ...] = (
         shares_a_run=True,
     ),
     # Seeded bug: uint8 data moved by broadcast, all_gather, gather and scatter saturates at 127.
-    # NOT YET SEEN FAILING in a gallery run: any clause of its suite file until a run names one
     SeededBug(
         name='uint8_saturates_at_127',
         contract='all_gather_object / broadcast_object_list / gather_object / scatter_object_list return equal objects',
-        clauses=('suites/c10d/test_objects.py',),
+        clauses=('suites/c10d/test_objects.py::test_all_gather_object',),
         suite='suites/c10d/test_objects.py',
         shares_a_run=True,
     ),
