@@ -14,20 +14,29 @@ every backend of the plan what a run of that bug alone would have given it:
   caught bug costs no more than it did alone and the next backend's
   world starts.
 
-Cases of backends the plan does not name are left alone.
+Cases of backends the plan does not name are left alone. With
+``--gallery-failures FAILURES.json`` it also records where each failure of a
+plan backend came from (tests/gallery_failures.py): the exceptions and the
+files their frames ran in, the ranks' too for a failure relayed from ranks;
+the gallery's verdict reads them.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import sys
 from dataclasses import dataclass
 
 import pytest
 
+from fixtures.errors import RankError
 from fixtures.pytest_plugin import target_of
+from tests.gallery_failures import SIGNATURE_MISMATCH, FailedCase, Raised, chain_from_text, write_failures
 
 _CAUGHT = pytest.StashKey[dict]()  # backend -> node id of its first failed case
 _PLAN = pytest.StashKey[dict]()
+_FAILURES = pytest.StashKey[list]()  # FailedCase of the plan's backends, written at the end of the session
 
 
 @dataclass(frozen=True)
@@ -68,12 +77,73 @@ def read_plan(path: str) -> dict[str, Selection]:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--gallery-plan", default=None, metavar="PLAN.json",
                      help="the seeded-bug gallery's plan: which cases each bug's backend runs (tests/gallery_plugin.py)")
+    parser.addoption("--gallery-failures", default=None, metavar="FAILURES.json",
+                     help="where the gallery's run writes where each failure of a plan backend came from")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("gallery_plan")
     config.stash[_PLAN] = read_plan(path) if path else {}
     config.stash[_CAUGHT] = {}
+    config.stash[_FAILURES] = []
+
+
+def _write(config: pytest.Config, cases: list[FailedCase]) -> None:
+    path = config.getoption("gallery_failures")
+    if path:
+        write_failures(path, cases)
+
+
+def _callee(message: str) -> str:
+    """The file of the bug module's function a signature-mismatch TypeError names ('' if none of the plan's does)."""
+    match = SIGNATURE_MISMATCH.match(message)
+    if match is None:
+        return ""
+    first, *rest = match["qualname"].split(".")
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("tests.") or module is None:  # bug modules: tests.seeded, the gallery's own tests'
+
+            continue
+        found = getattr(module, first, None)
+        for part in rest:
+            found = getattr(found, part, None)
+        if found is not None and getattr(found, "__module__", None) == name:
+            return inspect.getsourcefile(module) or ""
+    return ""
+
+
+def _raised(exc_type: str, message: str, frames: tuple[str, ...]) -> Raised:
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return Raised(exc_type, first, frames, _callee(first) if exc_type.endswith("TypeError") else "")
+
+
+def _chain(exc: BaseException) -> tuple[Raised, ...]:
+    """``exc`` and the exceptions it was raised from or while handling, the earliest first, as a traceback prints."""
+    chain: list[Raised] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = []
+        tb = current.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_filename)
+            tb = tb.tb_next
+        name = type(current).__qualname__
+        module = type(current).__module__
+        chain.append(_raised(name if module == "builtins" else f"{module}.{name}", str(current), tuple(frames)))
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return tuple(reversed(chain))
+
+
+def _ranks(exc: BaseException) -> tuple[tuple[Raised, ...], ...]:
+    """Each failed rank's exceptions, read from the traceback it relayed (a RankError's failures)."""
+    if not isinstance(exc, RankError):
+        return ()
+    ranks = []
+    for _, failure in sorted(exc.failures.items()):
+        ranks.append(tuple(_raised(r.exc_type, r.message, r.frames) for r in chain_from_text(failure.traceback)))
+    return tuple(ranks)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -104,4 +174,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     target = target_of(item)
     if target is not None and target.backend in item.config.stash[_PLAN] and report.failed:
         item.config.stash[_CAUGHT].setdefault(target.backend, item.nodeid)
+        if call.excinfo is not None:
+            exc = call.excinfo.value
+            item.config.stash[_FAILURES].append(
+                FailedCase(item.nodeid, target.backend, report.when, _chain(exc), _ranks(exc)))
     return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _write(session.config, session.config.stash.get(_FAILURES, []))

@@ -1,16 +1,20 @@
-"""The seeded-bug gallery's machinery: bugs planted per backend, runs shared, each backend narrowed to its bug's cases.
+"""The seeded-bug gallery's machinery: bugs declared and planted per backend, runs shared, verdicts that ask where.
 
 tests/test_seeded_bugs.py runs the gallery; these check, in this process and
 in milliseconds, what makes sharing a run safe: a bug planted with
-tests/seeded/planting.py is live in its own backend's ranks only, a module
-that patches shared code otherwise is kept alone, and the plan a run's
-plugin (tests/gallery_plugin.py) reads is refused with the problem named.
+tests/seeded/planting.py is live in its own backend's ranks only, a bug
+declared not to share runs alone, and the plan a run's plugin
+(tests/gallery_plugin.py) reads is refused with the problem named; and what
+a verdict counts: a failure of a clause the record names, never the bug
+module's own crash (one small gallery run of tests/harness_cases' bugs shows
+both, and a catch by a clause the record does not name).
 """
 
 from __future__ import annotations
 
-import ast
+import dataclasses
 import json
+import os
 import types
 
 import pytest
@@ -18,10 +22,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fixtures.rank import ctx
+from tests.gallery_failures import (FailedCase, NotAFailuresFile, Raised, case_from_dict, chain_from_text,
+                                    read_failures, write_failures)
 from tests.gallery_plugin import Selection, read_plan
+from tests.gallery_record import SeededBug
+from tests.gallery_verdict import CAUGHT, CRASHED, WRONG_CLAUSE, judge
 from tests.seeded.planting import plant, planted_in
-from tests.test_seeded_bugs import (BATCHES, BUGS_PER_RUN, batches, control_suites, gallery, read_bug, shares_a_run,
-                                    split_extra_args, suites_of)
+from tests.test_seeded_bugs import (BATCHES, BUGS_PER_RUN, batches, bug_modules, control_suites, gallery, read_bug,
+                                    run_bugs, suites_of)
 
 
 @pytest.fixture
@@ -51,23 +59,8 @@ def test_planting_a_missing_attribute_names_the_module_to_update():
         plant("bug_a", types.ModuleType("shared_code"), "gone", lambda original: original)
 
 
-@pytest.mark.parametrize("source, shares", [
-    ("from tests.seeded.planting import plant\nplant('x', M, 'f', g)\nDISTCONFORM_SPEC = register('x', C)", True),
-    ("import threading\n_LOCK = threading.Lock()\nDISTCONFORM_SPEC = register_reference('x', C)", True),
-    ("DISTCONFORM_SPEC = spec('x', __doc__.strip().splitlines()[0])", True),
-    ("Reducer.mark_unused_parameters_ready = nothing\nDISTCONFORM_SPEC = register('x', C)", False),
-    ("serialize.register_reducer(P, R)\nDISTCONFORM_SPEC = register('x', C)", False),
-    ("DISTCONFORM_SPEC = register('x', make_class())", False),
-    ("if True:\n    X = 1", False),
-    ("from tests.seeded.rpc_parameter_as_tensor import DISTCONFORM_SPEC", False),
-])
-def test_only_modules_that_keep_their_bug_to_their_backend_share_a_run(source, shares):
-    """Planting through planting.py, locks and registering share; an attribute set on shared code keeps a bug alone."""
-    assert shares_a_run(ast.parse(source)) is shares
-
-
 def test_every_bug_shares_a_run_but_those_that_patch_shared_code():
-    """The gallery's actual alone list: each patches code every backend runs (a pickler, a harness function)."""
+    """The declared alone list: each patches code every backend runs (a pickler, a harness function)."""
     alone = sorted(module for module in gallery() if not read_bug(module).shares_a_run)
     assert alone == ["dist_optimizer_stale_gradients", "rpc_device_map_dropped", "rpc_parameter_as_tensor"], alone
 
@@ -89,16 +82,6 @@ def test_batches_split_a_large_group_evenly():
     same_kind = [module for module in gallery() if read_bug(module).shares_a_run
                  and not read_bug(module).options and not read_bug(module).hangs][:20]
     assert sorted(len(run) for run in batches(same_kind)) == [6, 7, 7]
-
-
-def test_extra_args_split_into_run_options_and_the_bugs_keyword():
-    """--rpc-agent/--world-size/--debug-level are the run's; -k is the bug's own; anything else is refused, named."""
-    assert split_extra_args("m", ("--rpc-agent", "reference-tp", "-k", "strides", "--world-size", "3")) == (
-        ("--rpc-agent", "reference-tp", "--world-size", "3"), "strides")
-    with pytest.raises(ValueError, match=r"tests/seeded/m.py: EXTRA_ARGS.*--deadline"):
-        split_extra_args("m", ("--deadline", "3"))
-    with pytest.raises(ValueError, match="each with a value"):
-        split_extra_args("m", ("-k",))
 
 
 def test_a_run_collects_each_path_once():
@@ -166,3 +149,140 @@ def test_the_control_covers_every_area_and_the_rpc_files_bugs_run_over_the_backe
     assert "suites/rpc/test_futures.py" in suites  # rpc_pg_callback_blocks_listener, on reference-pg
     assert not any(path.startswith(("suites/rpc/", "suites/dist_autograd/", "suites/profiling/"))
                    for path in suites if path != "suites/rpc/test_futures.py")
+
+
+def test_every_bug_module_has_one_record_and_every_record_a_module():
+    """A bug module added without its SeededBug (or a record whose module is gone) is named here."""
+    assert gallery() == bug_modules(), (
+        f"modules without a record in tests/seeded/registry.py: {sorted(set(bug_modules()) - set(gallery()))}; "
+        f"records without a module: {sorted(set(gallery()) - set(bug_modules()))}")
+    for module in gallery():
+        bug = read_bug(module)
+        assert os.path.exists(bug.path) and all(bug.collects(clause) for clause in bug.clauses), bug
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"clauses": ()}, "names no clause"),
+    ({"clauses": ("suites/c10d/test_x",)}, "without parameters"),
+    ({"clauses": ("suites/c10d/test_x.py::test_y[gloo-ws2]",)}, "without parameters"),
+    ({"clauses": ("suites/c10d/test_other.py::test_y",)}, "outside its suite"),
+    ({"options": ("--deadline", "3")}, "must be pairs of --rpc-agent"),
+    ({"options": ("--rpc-agent",)}, "must be pairs"),
+    ({"keyword": "a or b"}, "one word"),
+    ({"needs": ("tpu",)}, "need 'tpu'"),
+    ({"suite": "tests/x.py"}, "under suites/"),
+])
+def test_a_mistyped_record_is_refused_naming_the_bug(changes, problem):
+    fields = dict(name="bug_a", contract="c", clauses=("suites/c10d/test_x.py::test_y",), suite="suites/c10d/test_x.py",
+                  shares_a_run=True)
+    with pytest.raises(ValueError, match=f"seeded bug 'bug_a'.*{problem}"):
+        SeededBug(**{**fields, **changes})
+
+
+BUG = SeededBug(name="bug_a", contract="all_reduce AVG is the mean", suite="suites/c10d/test_all_reduce.py",
+                clauses=("suites/c10d/test_all_reduce.py::test_all_reduce",), shares_a_run=True)
+CLAUSE_CASE = "suites/c10d/test_all_reduce.py::test_all_reduce[bug_a-ws2-float32-avg]"
+OTHER_CASE = "suites/c10d/test_all_reduce.py::test_all_reduce_async[bug_a-ws2-float32-avg]"
+CHECK = Raised("AssertionError", "ranks disagree", ("/repo/suites/c10d/test_all_reduce.py", "/repo/suites/checks.py"))
+
+
+def _failed(nodeid: str) -> list[dict]:
+    return [{"nodeid": nodeid, "backend": "bug_a", "outcome": "failed"}, {"nodeid": "x", "backend": "bug_a",
+                                                                          "outcome": "skipped"}]
+
+
+def test_a_failure_of_a_named_clause_counts():
+    verdict = judge(BUG, _failed(CLAUSE_CASE), [FailedCase(CLAUSE_CASE, "bug_a", "call", (CHECK,))])
+    assert (verdict.kind, verdict.ok) == (CAUGHT, True)
+
+
+def test_a_failure_of_a_clause_not_named_is_the_wrong_clause():
+    verdict = judge(BUG, _failed(OTHER_CASE), [FailedCase(OTHER_CASE, "bug_a", "call", (CHECK,))])
+    assert verdict.kind == WRONG_CLAUSE and not verdict.ok
+    assert OTHER_CASE in verdict.detail and "suites/c10d/test_all_reduce.py::test_all_reduce" in verdict.detail
+
+
+@pytest.mark.parametrize("failure", [
+    # raised in the bug's patched code, in a rank, relayed to the clause
+    FailedCase(CLAUSE_CASE, "bug_a", "call", (Raised("fixtures.errors.RankError", "raised on ranks", ("/r/fixtures/world.py",)),),
+               ((Raised("TypeError", "x", ("/r/suites/c10d/test_all_reduce.py", "/r/tests/seeded/bug_a.py")),),)),
+    # a call into the bug's override with arguments it does not take: no frame of it, its function named
+    FailedCase(CLAUSE_CASE, "bug_a", "call", (Raised("TypeError", "Bug._submit() takes 4 positional arguments but 7 "
+                                                    "were given", ("/r/backends/reference/pg.py",),
+                                                    "/r/tests/seeded/bug_a.py"),)),
+    # the cause of what the clause saw
+    FailedCase(CLAUSE_CASE, "bug_a", "call", (Raised("KeyError", "k", ("/r/tests/seeded/bug_a.py",)), CHECK)),
+    FailedCase("tests.seeded.bug_a", "bug_a", "import", (Raised("NameError", "x", ("<string>", "/r/tests/seeded/bug_a.py")),)),
+])
+def test_an_exception_from_the_bugs_own_module_is_a_crash_even_in_a_named_clause(failure):
+    verdict = judge(BUG, _failed(CLAUSE_CASE), [failure])
+    assert verdict.kind == CRASHED and not verdict.ok
+    assert "tests/seeded/bug_a.py" in verdict.text() and "crashed, not caught" in verdict.text()
+
+
+def test_a_relayed_rank_traceback_is_read_exception_by_exception():
+    """The text a rank sends (traceback.format_exception): each exception of the chain with its files."""
+    try:
+        try:
+            {}["k"]
+        except KeyError as exc:
+            raise RuntimeError("wrapped\nsecond line") from exc
+    except RuntimeError as exc:
+        import traceback
+        chain = chain_from_text("".join(traceback.format_exception(exc)))
+    assert [(r.exc_type, r.message) for r in chain] == [("KeyError", "'k'"), ("RuntimeError", "wrapped")]
+    assert all(r.origins == (__file__,) for r in chain)
+
+
+def test_failures_round_trip_through_their_file(tmp_path):
+    cases = [FailedCase(CLAUSE_CASE, "bug_a", "call", (CHECK,), ((CHECK, Raised("E", "", (), "/x.py")),))]
+    write_failures(str(tmp_path / "f.json"), cases)
+    assert read_failures(str(tmp_path / "f.json")) == cases
+    assert read_failures(str(tmp_path / "none.json")) == []  # nothing failed, nothing written
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(["nodeid", "backend", "when", "raised", "ranks", "exc_type", "message",
+                                         "frames", "callee", "other"]), inner, max_size=5),
+                    max_leaves=12))
+def test_any_failures_file_is_read_or_refused_with_the_problem_named(tmp_path_factory, document):
+    """Whatever a failures file holds: failed cases of the declared shape, or NotAFailuresFile naming the file."""
+    path = tmp_path_factory.mktemp("failures") / "failures.json"
+    path.write_text(json.dumps(document))
+    try:
+        cases = read_failures(str(path))
+    except NotAFailuresFile as exc:
+        assert str(path) in str(exc)
+    else:
+        for case in cases:
+            assert case == case_from_dict(case.to_dict())
+            assert all(isinstance(o, str) for chain in (case.raised, *case.ranks) for r in chain for o in r.origins)
+
+
+@given(st.text(max_size=300))
+def test_any_traceback_text_reads_as_exceptions_or_none(text):
+    assert all(isinstance(r.exc_type, str) and isinstance(r.frames, tuple) for r in chain_from_text(text))
+
+
+def _harness_bug(name: str) -> SeededBug:
+    return SeededBug(name=name, contract="all_reduce AVG is the mean over ranks",
+                     clauses=("suites/c10d/test_all_reduce.py::test_all_reduce",),
+                     suite="suites/c10d/test_all_reduce.py::test_all_reduce", keyword="avg", shares_a_run=True,
+                     package="tests.harness_cases")
+
+
+def test_a_gallery_run_tells_a_crash_from_a_catch_and_from_the_wrong_clause(tmp_path):
+    """One real gallery run of two bugs on the all_reduce clause: the one whose patched code raises a TypeError
+    fails that clause too, and is reported crashed, not caught; AVG summed is caught by the clause its record
+    names, and the same failure judged against a record naming another clause is the wrong clause."""
+    crashes, avg_as_sum = _harness_bug("gallery_crashes"), _harness_bug("gallery_avg_as_sum")
+    document, _, failures = run_bugs(tmp_path, (crashes, avg_as_sum))
+
+    crashed = judge(crashes, document["cases"], failures)
+    assert crashed.kind == CRASHED, crashed.text()
+    assert "TypeError" in crashed.detail and "tests/harness_cases/gallery_crashes.py" in crashed.detail
+    assert judge(avg_as_sum, document["cases"], failures).kind == CAUGHT
+    elsewhere = dataclasses.replace(avg_as_sum, clauses=("suites/c10d/test_all_reduce.py::test_all_reduce_async",),
+                                    suite="suites/c10d/test_all_reduce.py")
+    assert judge(elsewhere, document["cases"], failures).kind == WRONG_CLAUSE

@@ -1,15 +1,17 @@
 """The seeded-bug gallery: every contract earns its place by failing on a broken backend.
 
-Each module of ``tests/seeded`` (besides the wrapper and the clean control)
-registers gloo with one planted bug. For each, the suite area the module
-names (``SUITE``) runs in a subprocess exactly as a user would run it::
+Each module of ``tests/seeded`` (besides the wrapper, the clean control and
+the helpers) registers a backend with one planted bug, declared by a
+``SeededBug`` in ``tests/seeded/registry.py``. For each, the suite area its
+record names (``suite``) runs in a subprocess exactly as a user would run it::
 
     python -m pytest suites/c10d/test_barrier.py --backend-plugin tests.seeded.<module> --backend <module> --world-size 2
 
-and at least one contract case must fail. ``-x`` stops at the first failure,
-which keeps a bug's run short; the assertion message names the failing case.
-A module may add pytest options (``EXTRA_ARGS``, e.g. the RPC agent to
-run). Bugs that hang (``HANGS = True`` in the module) run with a 5 s harness
+and a case of a clause the record names must fail in that clause's own check
+(tests/gallery_verdict.py: an exception raised in the bug's module is a
+crash, not a catch). ``-x`` stops at the first failure, which keeps a bug's
+run short. A record may add run options (``options``, e.g. the RPC agent to
+run). Bugs that hang (``hangs=True``) run with a 5 s harness
 deadline, which must kill the hung world and fail the case; every run also
 has a subprocess timeout, so a broken harness fails this test instead of
 hanging it.
@@ -29,8 +31,6 @@ gaps apply.
 
 from __future__ import annotations
 
-import ast
-import functools
 import json
 import os
 import pkgutil
@@ -39,15 +39,18 @@ import subprocess
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 import pytest
 
 from fixtures.workers import default_workers
+from tests.gallery_failures import FailedCase, chain_from_text, read_failures
+from tests.gallery_record import SeededBug
+from tests.gallery_verdict import judge
+from tests.seeded.registry import BUGS
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEEDED_DIR = os.path.join(REPO_ROOT, "tests", "seeded")
-NOT_BUGS = {"__init__", "gloo_wrapper", "clean", "reference_base", "planting"}
+NOT_BUGS = {"__init__", "gloo_wrapper", "clean", "reference_base", "planting", "registry"}
 BUG_TIMEOUT_S = 300
 CONTROL_TIMEOUT_S = 500
 HANG_DEADLINE_S = 5
@@ -60,7 +63,12 @@ BUGS_PER_RUN = 8
 
 
 def gallery() -> list[str]:
-    # helpers shared by several bugs end in "_base" (reference_base, ...)
+    """The bugs, by module: those the registry declares (test_gallery checks that every bug module has a record)."""
+    return sorted(RECORDS)
+
+
+def bug_modules() -> list[str]:
+    """The modules of tests/seeded/ that plant a bug: all but the helpers (NOT_BUGS, and *_base shared by several)."""
     return sorted(m.name for m in pkgutil.iter_modules([SEEDED_DIR])
                   if m.name not in NOT_BUGS and not m.name.endswith("_base"))
 
@@ -68,6 +76,15 @@ def gallery() -> list[str]:
 def run_suite(tmp_path, plugin: str, backend: str, *extra: str, timeout: float,
               suites: tuple[str, ...] = ("suites/",)) -> tuple[dict, str]:
     """Run the conformance suite in a subprocess; return (conformance.json, output tail)."""
+    document, tail, why = _run_suite(tmp_path, plugin, backend, *extra, timeout=timeout, suites=suites)
+    if document is None:
+        pytest.fail(f"{why}; output tail:\n{tail}")
+    return document, tail
+
+
+def _run_suite(tmp_path, plugin: str, backend: str, *extra: str, timeout: float,
+               suites: tuple[str, ...]) -> tuple[dict | None, str, str]:
+    """(conformance.json, output tail, '') of a run; (None, tail, why) when it wrote no report."""
     report_dir = tmp_path / "report"
     cmd = [sys.executable, "-m", "pytest", *suites, "--backend-plugin", plugin, "--backend", backend,
            "--world-size", "2", "-q", "-p", "no:cacheprovider", "--report-dir", str(report_dir), *extra]
@@ -87,10 +104,9 @@ def run_suite(tmp_path, plugin: str, backend: str, *extra: str, timeout: float,
     elapsed = time.monotonic() - started
     path = report_dir / "conformance.json"
     if not path.exists():
-        pytest.fail(f"`{' '.join(cmd)}` exited {proc.returncode} after {elapsed:.0f} s without writing "
-                    f"{path}; output tail:\n{_tail(log_path)}")
+        return None, _tail(log_path), f"`{' '.join(cmd)}` exited {proc.returncode} after {elapsed:.0f} s without writing {path}"
     with open(path) as fh:
-        return json.load(fh), _tail(log_path)
+        return json.load(fh), _tail(log_path), ""
 
 
 def _tail(path, lines: int = 40) -> str:
@@ -128,147 +144,15 @@ def describe(cases: list[dict]) -> str:
                      for c in cases)
 
 
-# Seeded modules a bug may import from and still share a run: they define classes and register backends.
-SHARABLE_BASES = ("tests.seeded.gloo_wrapper", "tests.seeded.reference_base")
-# Calls a shared bug module may make at import: registering its backend, planting its bug for its own backend's ranks
-# only (tests/seeded/planting.py, and the bases' helpers built on it), and making locks or random sources of its own.
-REGISTERING = ("register", "register_reference", "register_native_bug", "plant", "plant_in", "plant_in_profiling",
-               "spec")
-OWN_STATE = ("threading.Lock", "threading.RLock", "threading.Event", "random.SystemRandom", "random.Random")
-FACTS = ("SUITE", "EXTRA_ARGS", "HANGS", "CONTRACT", "NEEDS_CUDA")
-# What a bug module's EXTRA_ARGS may hold: options of the whole run (bugs share a run only when theirs are equal)
-# and -k, which narrows the bug's own cases (tests/gallery_plugin.py) and so never keeps bugs apart.
-RUN_OPTIONS = ("--rpc-agent", "--world-size", "--debug-level")
-KEYWORD = "-k"
+RECORDS = {bug.name: bug for bug in BUGS}
 
 
-@dataclass(frozen=True)
-class Bug:
-    """What the gallery needs of a seeded module, read from its source: never imported in this process.
-
-    Importing a bug module plants its bug in the importing process (several
-    patch the reference RPC agent or a DDP internal globally), and the
-    project's other tests share this process, under pytest-xdist in any
-    order. Every bug's backend is named after its module (``--backend <module>``).
-    """
-
-    module: str
-    summary: str
-    suite: str  # a folder, a file or a clause's node id
-    options: tuple[str, ...]  # of the whole run (RUN_OPTIONS, from EXTRA_ARGS)
-    keyword: str  # EXTRA_ARGS' -k: a word the names of the bug's cases contain ('' none)
-    hangs: bool
-    contract: str
-    shares_a_run: bool
-    needs_cuda: bool = False  # its clause moves CUDA tensors: the gallery skips it without a GPU, saying so
-
-
-def split_extra_args(module: str, extra_args: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
-    """(the run's options, the bug's -k keyword) from a module's EXTRA_ARGS; anything else is refused, named."""
-    options: list[str] = []
-    keyword = ""
-    pairs = iter(extra_args)
-    for flag in pairs:
-        value = next(pairs, None)
-        if value is None or flag not in (*RUN_OPTIONS, KEYWORD):
-            raise ValueError(f"tests/seeded/{module}.py: EXTRA_ARGS {extra_args!r}: the gallery takes "
-                             f"{', '.join(RUN_OPTIONS)} and {KEYWORD}, each with a value")
-        if flag == KEYWORD:
-            keyword = value
-        else:
-            options += [flag, value]
-    return tuple(options), keyword
-
-
-def _tree(module: str) -> ast.Module:
-    with open(os.path.join(REPO_ROOT, *module.split(".")) + ".py") as fh:
-        return ast.parse(fh.read())
-
-
-def _constants(tree: ast.Module) -> dict:
-    """Top-level names bound to constant expressions (over names imported from seeded bases)."""
-    names: dict = {}
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.seeded."):
-            base = _constants(_tree(node.module))
-            names.update({a.asname or a.name: base[a.name] for a in node.names if a.name in base})
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:  # constants, tuples of them, and sums of those with imported constants
-                names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "<seeded>", "eval"),
-                                                 {"__builtins__": {}}, dict(names))
-            except Exception:  # noqa: BLE001 - not a constant (a spec, a class): not a fact
-                pass
-    return names
-
-
-def _dotted(node: ast.expr) -> str:
-    """``threading.Lock`` for the expression threading.Lock ('' for anything but names and attributes)."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else ""
-    return ""
-
-
-def _allowed_call(call: ast.Call) -> bool:
-    """A registering, planting or own-state call, whose arguments call nothing but str methods (__doc__.strip())."""
-    name = _dotted(call.func)
-    if name not in REGISTERING and name not in OWN_STATE:
-        return False
-    inner = [n for arg in (*call.args, *(k.value for k in call.keywords)) for n in ast.walk(arg) if isinstance(n, ast.Call)]
-    return all(isinstance(n.func, ast.Attribute) and n.func.attr in ("strip", "splitlines") for n in inner)
-
-
-def shares_a_run(tree: ast.Module) -> bool:
-    """Importing the module registers its own backend and changes nothing any other backend's ranks run.
-
-    Every rank imports every --backend-plugin module of a run, so bugs can
-    share a run only if none changes shared code for everyone: its top level
-    holds only imports (of torch, the project, and seeded modules that share
-    runs themselves), classes, functions, constants, locks or random sources
-    of its own, and calls that register its backend or plant its bug for its
-    own backend's ranks (tests/seeded/planting.py; REGISTERING). Anything else,
-    an attribute assigned on a module or class above all, keeps it alone.
-    Native bugs share: a rank plants its native bug when it creates its
-    group, in its own process (native/__init__.py).
-    """
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        if isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if module.startswith("tests.seeded") and module not in SHARABLE_BASES and not shares_a_run(_tree(module)):
-                return False
-            continue
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # the docstring
-            continue
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):  # plant(...) for its own backend
-            if not _allowed_call(node.value):
-                return False
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        value = getattr(node, "value", None)
-        if not targets or not all(isinstance(t, ast.Name) for t in targets):
-            return False
-        if value is None:
-            continue
-        calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
-        if calls and not (isinstance(value, ast.Call) and _allowed_call(value)):
-            return False
-    return True
-
-
-@functools.cache  # batching, the control's paths, each run and each verdict ask again: parse each module once
-def read_bug(module: str) -> Bug:
-    tree = _tree(f"tests.seeded.{module}")
-    facts = _constants(tree)
-    options, keyword = split_extra_args(module, tuple(facts.get("EXTRA_ARGS", ())))
-    return Bug(module, (ast.get_docstring(tree) or module).strip().splitlines()[0], facts["SUITE"],
-               options, keyword, bool(facts.get("HANGS", False)),
-               facts.get("CONTRACT", "(module names no contract)"), shares_a_run(tree),
-               bool(facts.get("NEEDS_CUDA", False)))
+def read_bug(module: str) -> SeededBug:
+    """The declared record of the bug in tests/seeded/<module>.py (tests/seeded/registry.py)."""
+    try:
+        return RECORDS[module]
+    except KeyError:
+        raise KeyError(f"tests/seeded/{module}.py has no SeededBug in tests/seeded/registry.py") from None
 
 
 def batches(modules: list[str]) -> list[tuple[str, ...]]:
@@ -278,20 +162,20 @@ def batches(modules: list[str]) -> list[tuple[str, ...]]:
     harness deadline). A run's bugs are kept in the order of their suites, so
     a run covers few areas.
     """
-    groups: dict[tuple, list[Bug]] = {}
+    groups: dict[tuple, list[SeededBug]] = {}
     for module in modules:
         bug = read_bug(module)
         key = (bug.options, bug.hangs) if bug.shares_a_run else ("alone", module)
         groups.setdefault(key, []).append(bug)
     runs = []
     for bugs in groups.values():
-        bugs.sort(key=lambda bug: (bug.suite, bug.module))
+        bugs.sort(key=lambda bug: (bug.suite, bug.name))
         count = -(-len(bugs) // BUGS_PER_RUN)  # as many runs as needed, as even as can be
-        runs += [tuple(bug.module for bug in bugs[i::count]) for i in range(count)]
+        runs += [tuple(bug.name for bug in bugs[i::count]) for i in range(count)]
     return runs
 
 
-def suites_of(bugs: list[Bug]) -> tuple[str, ...]:
+def suites_of(bugs: list[SeededBug]) -> tuple[str, ...]:
     """The paths a run collects: every bug's suite, less those inside another's (pytest would collect them twice)."""
     def file_of(suite: str) -> str:
         return suite.split("::", 1)[0]
@@ -302,23 +186,44 @@ def suites_of(bugs: list[Bug]) -> tuple[str, ...]:
         for other in paths))
 
 
-def run_batch(tmp_path, modules: tuple[str, ...]) -> tuple[dict, str]:
+def run_batch(tmp_path, modules: tuple[str, ...]) -> tuple[dict, str, list[FailedCase]]:
+    return run_bugs(tmp_path, tuple(read_bug(module) for module in modules))
+
+
+def run_bugs(tmp_path, bugs: tuple[SeededBug, ...]) -> tuple[dict, str, list[FailedCase]]:
     """Run the suite areas that should catch these bugs, each planted in its own backend, in one pytest.
 
     tests/gallery_plugin.py gives each backend only its bug's cases (its
-    SUITE and -k) and stops it at its first failure, as a run of that bug
-    alone with -x would.
+    suite and keyword) and stops it at its first failure, as a run of that bug
+    alone with -x would, and records where each failure came from. A run that
+    writes no report is asked why: a bug module that fails to import is that
+    bug's crash.
     """
-    bugs = [read_bug(module) for module in modules]
-    plan = {bug.module: {"suite": bug.suite, "keyword": bug.keyword} for bug in bugs}
+    plan = {bug.backend: {"suite": bug.suite, "keyword": bug.keyword} for bug in bugs}
     (tmp_path / "plan.json").write_text(json.dumps(plan, indent=1))
-    extra = ["-p", "tests.gallery_plugin", "--gallery-plan", str(tmp_path / "plan.json"), *bugs[0].options]
+    extra = ["-p", "tests.gallery_plugin", "--gallery-plan", str(tmp_path / "plan.json"),
+             "--gallery-failures", str(tmp_path / "failures.json"), *bugs[0].options]
     if bugs[0].hangs:
         extra += ["--deadline", str(HANG_DEADLINE_S)]
-    for module in modules[1:]:
-        extra += ["--backend-plugin", f"tests.seeded.{module}"]
-    return run_suite(tmp_path, f"tests.seeded.{modules[0]}", ",".join(modules), *extra, timeout=BUG_TIMEOUT_S,
-                     suites=suites_of(bugs))
+    for bug in bugs[1:]:
+        extra += ["--backend-plugin", bug.module]
+    document, tail, why = _run_suite(tmp_path, bugs[0].module, ",".join(bug.backend for bug in bugs), *extra,
+                                     timeout=BUG_TIMEOUT_S, suites=suites_of(bugs))
+    if document is None:
+        crashes = [crash for crash in map(import_crash, bugs) if crash is not None]
+        if not crashes:
+            pytest.fail(f"{why}; output tail:\n{tail}")
+        return {"cases": []}, tail, crashes
+    return document, tail, read_failures(str(tmp_path / "failures.json"))
+
+
+def import_crash(bug: SeededBug) -> FailedCase | None:
+    """The bug module's failure to import, in a fresh interpreter as a run would import it (None: it imports)."""
+    proc = subprocess.run([sys.executable, "-c", f"import {bug.module}"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=BUG_TIMEOUT_S)
+    if proc.returncode == 0:
+        return None
+    return FailedCase(bug.module, bug.backend, "import", chain_from_text(proc.stderr))
 
 
 BATCHES = batches(gallery())
@@ -342,21 +247,11 @@ def gallery_runs(request, tmp_path_factory):
                 run.cancel()
 
 
-def verdict(module: str, document: dict, tail: str) -> str:
-    """'' when ``module``'s bug was caught cleanly in its backend's cases, else what went wrong."""
-    bug = read_bug(module)
-    mine = {**document, "cases": [c for c in document["cases"] if c["backend"] == module]}
-    failed = cases_with(mine, "failed")
-    if not failed:
-        return (f"seeded bug {module!r} ({bug.summary}) was not caught: no contract case of backend {module} "
-                f"failed ({len(mine['cases'])} cases). Expected to be caught by: {bug.contract}\n{tail}")
-    # Visible with -rA / -v: which clause caught the bug.
-    print(f"{module} caught by:\n{describe(failed)}")
-    errors = cases_with(mine, "error")
-    if errors:
-        return (f"seeded bug {module!r}: set-up/teardown errors besides the failure(s), the bug "
-                f"module may break the harness rather than a contract:\n{describe(errors)}")
-    return ""
+def verdict(module: str, document: dict, tail: str, failures: list[FailedCase]) -> str:
+    """'' when ``module``'s bug was caught by a clause its record names, else what went wrong (tests/gallery_verdict.py)."""
+    judged = judge(read_bug(module), document["cases"], failures)
+    print(f"{module}: {judged.kind}: {judged.detail}")  # visible with -rA / -v: which clause caught the bug
+    return "" if judged.ok else f"{judged.text()}\n{tail}"
 
 
 def missing_gpu(modules: tuple[str, ...]) -> str:
@@ -377,8 +272,8 @@ def test_seeded_bugs_are_caught(tmp_path, modules, gallery_runs):
     if why:
         pytest.skip(why)
     run = gallery_runs.get(modules)
-    document, tail = run.result() if run is not None else run_batch(tmp_path, modules)
-    problems = [text for text in (verdict(module, document, tail) for module in modules) if text]
+    document, tail, failures = run.result() if run is not None else run_batch(tmp_path, modules)
+    problems = [text for text in (verdict(module, document, tail, failures) for module in modules) if text]
     assert not problems, "\n\n".join(problems)
 
 

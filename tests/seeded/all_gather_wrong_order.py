@@ -8,10 +8,6 @@ entry i must be rank i's tensor.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, ThenWork, register
 
-CONTRACT = "all_gather into a list: entry i on every rank is rank i's tensor"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_gather_scatter.py"
-
 
 class AllGatherWrongOrder(GlooWrapper):
     """all_gather (list form) rotates the gathered entries by one position."""

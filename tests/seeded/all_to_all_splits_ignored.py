@@ -9,10 +9,6 @@ divide). Caught by the all_to_all contract
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "all_to_all_single with uneven split sizes puts every chunk in place"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_all_to_all.py"
-
 
 class AllToAllSplitsIgnored(GlooWrapper):
     """all_to_all_single always splits evenly, whatever split sizes were given."""

@@ -10,10 +10,6 @@ Caught by an all_to_all_single clause whose uneven splits are asymmetric
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "all_to_all_single with asymmetric uneven splits puts every chunk in place"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_all_to_all.py"
-
 
 class AllToAllSplitsSwapped(GlooWrapper):
     """all_to_all_single uses input_split_sizes for the receive side too."""

@@ -10,9 +10,6 @@ collectives use are right. Caught by suites/parallel: test_fsdp2_matches_baselin
 
 from tests.seeded.gloo_wrapper import GlooWrapper, ThenWork, register
 
-CONTRACT = "FSDP2 training for several steps equals single-process training on the whole batch"
-SUITE = "suites/parallel/test_fsdp.py"
-
 
 class AllGatherBaseReversed(GlooWrapper):
     """_allgather_base writes rank i's piece at position n-1-i."""

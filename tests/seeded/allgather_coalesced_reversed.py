@@ -13,9 +13,6 @@ mesh dimension), test_sharded_matmul (column-wise, 2-D row-wise).
 
 from tests.seeded.gloo_wrapper import GlooWrapper, ThenWork, register
 
-CONTRACT = "DTensor Shard(0) -> Replicate leaves every rank its exact piece; full_tensor() is the full tensor"
-SUITE = "suites/parallel/test_dtensor.py"
-
 
 def _reversed_after(work, outputs, n):
     def reverse():  # BUG: each output's pieces are flipped once the data is in

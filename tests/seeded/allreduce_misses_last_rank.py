@@ -14,10 +14,6 @@ from torch._C._distributed_c10d import AllgatherOptions
 
 from tests.seeded.gloo_wrapper import GlooWrapper, completed_work, register
 
-CONTRACT = "DTensor Partial -> Replicate leaves every rank the full tensor (one all_reduce)"
-SUITE = "suites/parallel/test_dtensor.py"
-EXTRA_ARGS = ("-k", "partial_to_replicate")
-
 
 class AllReduceMissesLastRank(GlooWrapper):
     """all_reduce SUM adds up ranks 0 .. n-2 only."""

@@ -11,9 +11,6 @@ tensor still holds the rank's own input.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, completed_work, late_write, register
 
-CONTRACT = "all_reduce(async_op=True): after wait() the result is complete and exact"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_all_reduce.py"
 LATE_BY_S = 0.5
 
 

@@ -3,15 +3,15 @@
 As rpc_base.py does for the agent: the bug module registers the clean gloo
 wrapper as its c10d backend and, on import (in pytest and in every rank),
 replaces one attribute of a class or module of the reference autograd
-package. The gallery runs it on ``--rpc-agent reference-tp`` (``EXTRA_ARGS``)
+package. The gallery runs it on ``--rpc-agent reference-tp`` (its record's ``options``, tests/seeded/registry.py)
 and the dist_autograd clause file the module names.
 """
 
 from __future__ import annotations
 
-from tests.seeded.rpc_base import EXTRA_ARGS, RpcBugHost, plant_in
+from tests.seeded.rpc_base import RpcBugHost, plant_in
 
-__all__ = ["EXTRA_ARGS", "plant"]
+__all__ = ["plant"]
 
 
 def plant(name: str, owner, attribute: str, make_replacement) -> object:

@@ -7,10 +7,7 @@ graph they hold. Caught by the clean-up clauses, which poll the callee for
 """
 
 from backends.reference.rpc.autograd import service
-from tests.seeded.autograd_base import EXTRA_ARGS, plant  # noqa: F401
-
-CONTRACT = "After the with block exits the creator has no such context and the callee loses it too"
-SUITE = "suites/dist_autograd/test_cleanup.py"
+from tests.seeded.autograd_base import plant
 
 
 def _local_only(original):

@@ -9,11 +9,7 @@ when backward returns.
 """
 
 from backends.reference.rpc.autograd import engine
-from tests.seeded.autograd_base import EXTRA_ARGS, plant  # noqa: F401
-
-CONTRACT = ("A callee branch that does not lead back to the caller (a self-call with a slow backward) has finished "
-            "when backward returns")
-SUITE = "suites/dist_autograd/test_chains.py"
+from tests.seeded.autograd_base import plant
 
 
 def _ignore_outstanding(original):

@@ -7,11 +7,7 @@ by the first backward clause, which reads the context and checks that
 """
 
 from backends.reference.rpc.autograd.container import DistAutogradContext
-from tests.seeded.autograd_base import EXTRA_ARGS, plant  # noqa: F401
-
-CONTRACT = ("loss = rpc_sync(peer, mul, (t1, t2)).sum(): get_gradients gives t1 -> t2 and t2 -> t1; .grad is "
-            "untouched")
-SUITE = "suites/dist_autograd/test_backward.py"
+from tests.seeded.autograd_base import plant
 
 
 def _into_grad(original):

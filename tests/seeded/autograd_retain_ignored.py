@@ -6,10 +6,7 @@ Caught by the retain_graph clause (three retained passes: 1x, 2x, 3x).
 """
 
 from backends.reference.rpc.autograd import engine
-from tests.seeded.autograd_base import EXTRA_ARGS, plant  # noqa: F401
-
-CONTRACT = "Three backward passes with retain_graph=True through a remote mul leave 1x, 2x, 3x the gradient"
-SUITE = "suites/dist_autograd/test_retain_graph.py"
+from tests.seeded.autograd_base import plant
 
 
 def _never_retain(original):

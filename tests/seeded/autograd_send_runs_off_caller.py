@@ -7,11 +7,7 @@ under the caller's ThreadLocalState). Caught by the profiled-backward clause.
 """
 
 from backends.reference.rpc.autograd import engine
-from tests.seeded.autograd_base import EXTRA_ARGS, plant  # noqa: F401
-
-CONTRACT = ("A profiled backward on the caller records the torch::distributed::autograd::backward range and the "
-            "SendRpcBackward and RecvRpcBackward it ran")
-SUITE = "suites/dist_autograd/test_profiled_backward.py"
+from tests.seeded.autograd_base import plant
 
 
 def _run_where_delivered(original):

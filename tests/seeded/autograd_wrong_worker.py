@@ -8,10 +8,7 @@ addressed to a send function A does not have). Caught by the chain clauses.
 
 from backends.reference.rpc.autograd import engine
 from backends.reference.rpc.autograd.container import ID_SHIFT
-from tests.seeded.autograd_base import EXTRA_ARGS, plant  # noqa: F401  (EXTRA_ARGS: the gallery reads it)
-
-CONTRACT = "A -> B -> A: the callee calls back into the caller; gradients equal the local graph's"
-SUITE = "suites/dist_autograd/test_chains.py"
+from tests.seeded.autograd_base import plant
 
 
 def _to_creator(original):

@@ -9,10 +9,6 @@ import torch.distributed as dist
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "all_reduce AVG is the mean over ranks, not the sum"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_all_reduce.py"
-
 
 class AvgAsSum(GlooWrapper):
     """all_reduce with ReduceOp.AVG sums and never divides by the world size."""

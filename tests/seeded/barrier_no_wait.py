@@ -8,10 +8,6 @@ late and checks that nobody leaves before it arrives.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, completed_work, register
 
-CONTRACT = "barrier: no rank leaves before the last rank has entered"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_barrier.py"
-
 
 class BarrierNoWait(GlooWrapper):
     """barrier returns a completed Work at once."""

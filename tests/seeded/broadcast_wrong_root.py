@@ -8,10 +8,6 @@ rank 0. Caught by the broadcast contract
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "broadcast(src=root) leaves every rank with the root's tensor, for every root"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_broadcast_reduce.py"
-
 
 class BroadcastWrongRoot(GlooWrapper):
     """broadcast ignores the root rank and always broadcasts rank 0's tensor."""

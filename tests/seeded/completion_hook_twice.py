@@ -9,9 +9,6 @@ twice. Caught by suites/c10d/test_backend_state.py::test_completion_hook_fires_o
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "_register_on_completion_hook fires once per Work"
-SUITE = "suites/c10d/test_backend_state.py"
-
 
 class CompletionHookTwice(ReferenceProcessGroup):
     """Every finished collective is reported to the completion hooks twice."""

@@ -12,9 +12,6 @@ import torch
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "the group's allreduce of complex tensors with MIN or MAX raises"
-SUITE = "suites/c10d/test_dtypes.py"
-
 
 class ComplexAsReal(GlooWrapper):
     """allreduce hands gloo the real view of a complex tensor for every reduce op."""

@@ -14,9 +14,6 @@ import backends.reference.ddp.data_parallel as data_parallel
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 from tests.seeded.planting import plant
 
-CONTRACT = "with find_unused_parameters buckets are reversed: bucket 0 holds the last-defined parameters"
-SUITE = "suites/ddp/"
-
 
 def assignment_order(assignment: list) -> list:
     return list(assignment)  # BUG: not reversed

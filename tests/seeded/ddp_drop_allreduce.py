@@ -17,8 +17,6 @@ import itertools
 
 from tests.seeded.gloo_wrapper import GlooWrapper, completed_work, register
 
-CONTRACT = "DDP gradients equal the single-process gradients on the concatenated batch"
-SUITE = "suites/ddp/test_gradients.py"  # the CONTRACT's file (the gallery runs only it, to stay fast)
 DROP_EVERY = 7
 
 

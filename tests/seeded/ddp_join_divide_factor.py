@@ -13,9 +13,6 @@ from backends.reference.ddp.reducer import UNSET_DIV_FACTOR, Reducer
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 from tests.seeded.planting import plant
 
-CONTRACT = "under Join, divide_by_initial_world_size=False averages over the ranks not yet joined"
-SUITE = "suites/ddp/test_join.py"  # the CONTRACT's file (the gallery runs only it, to stay fast)
-
 
 def set_divide_factor_ignoring_join(self) -> None:
     if self.div_factor == UNSET_DIV_FACTOR:

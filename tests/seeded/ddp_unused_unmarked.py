@@ -15,9 +15,6 @@ from backends.reference.ddp.reducer import Reducer
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 from tests.seeded.planting import plant
 
-CONTRACT = "rank-dependent control flow with find_unused_parameters gives every rank the average"
-SUITE = "suites/ddp/test_unused.py"  # the CONTRACT's clause (the gallery runs only its file, to stay fast)
-
 
 def mark_nothing(self) -> None:
     return None  # BUG: self.unused_parameters are never marked ready

@@ -12,10 +12,6 @@ suites/parallel/test_debug.py::test_detail_reports_shape_mismatch at
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "Under TORCH_DISTRIBUTED_DEBUG=DETAIL an all_reduce with mismatched shapes raises on every rank naming both shapes"
-SUITE = "suites/parallel/test_debug.py"
-EXTRA_ARGS = ("--debug-level", "DETAIL")
-
 
 class DebugUnwrappedGloo(GlooWrapper):
     """gloo behind a ProcessGroup subclass: no fingerprint check under DETAIL (torch does not wrap it)."""

@@ -10,10 +10,6 @@ owner's 'Error creating optimizer.' must reach the caller.
 from backends.reference.rpc import optim as reference_optim
 from tests.seeded.training_base import plant
 
-CONTRACT = "An owner's optimizer raising in its constructor makes DistributedOptimizer(...) raise with its text"
-SUITE = "suites/dist_autograd/test_optimizer.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp", "-k", "optimizer_constructor_propagates")
-
 
 def _swallow(original):
     def _wait_for_all(rpc_futs):

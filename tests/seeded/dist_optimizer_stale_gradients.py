@@ -13,9 +13,6 @@ import threading
 from backends.reference.rpc import optim as reference_optim
 from tests.seeded.training_base import needs_reference_autograd, plant
 
-CONTRACT = "Weights on two other workers trained with DistributedOptimizer equal local training (same data, N steps)"
-SUITE = "suites/dist_autograd/test_optimizer.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp", "-k", "two_owners_equals_local", "--world-size", "3")
 
 needs_reference_autograd("dist_optimizer_stale_gradients")
 

@@ -19,9 +19,6 @@ from torch._C._distributed_c10d import AllgatherOptions
 
 from tests.seeded.gloo_wrapper import GlooWrapper, completed_work, register
 
-CONTRACT = "all_reduce of random floats, repeated, gives identical bits every time and on every rank"
-SUITE = "suites/parallel/test_determinism.py"
-EXTRA_ARGS = ("--world-size", "3")
 ORDERED_OPS = (dist.ReduceOp.SUM, dist.ReduceOp.AVG)
 # from the OS, not the random module: ranks forked from one server share its random state
 ARRIVAL = random.SystemRandom()

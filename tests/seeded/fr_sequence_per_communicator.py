@@ -13,10 +13,6 @@ from torch._C._distributed_c10d import ProcessGroupGloo
 
 from tests.seeded.gloo_wrapper import CPU, GlooWrapper, register
 
-CONTRACT = ("each collective leaves one entry per rank with its name, sizes, dtypes, group and an agreed "
-            "sequence id")
-SUITE = "suites/c10d/test_flight_recorder.py"
-
 
 class SequencePerCommunicator(GlooWrapper):
     """all_reduce goes through a second gloo communicator named after the group, with its own sequence."""

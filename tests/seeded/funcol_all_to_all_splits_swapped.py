@@ -9,10 +9,6 @@ test_funcol_all_to_all_single[uneven] and test_funcol_backward[all_to_all].
 from tests.seeded.all_to_all_splits_swapped import AllToAllSplitsSwapped
 from tests.seeded.gloo_wrapper import register
 
-CONTRACT = "funcol.all_to_all_single sends split j of rank i to rank j at position i, uneven splits"
-SUITE = "suites/parallel/test_functional.py"
-EXTRA_ARGS = ("-k", "all_to_all")
-
 
 class FuncolAllToAllSplitsSwapped(AllToAllSplitsSwapped):
     """all_to_all_single uses input_split_sizes for the receive side too."""

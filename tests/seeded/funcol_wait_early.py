@@ -11,9 +11,6 @@ exists), test_funcol_all_gather and test_funcol_reduce_scatter.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, completed_work, late_write, register
 
-CONTRACT = "Collectives issued back to back complete independently: wait_tensor gives each its own exact result"
-SUITE = "suites/parallel/test_functional.py"
-EXTRA_ARGS = ("-k", "in_flight")
 LATE_BY_S = 0.3
 
 

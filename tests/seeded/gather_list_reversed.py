@@ -7,10 +7,6 @@ Caught by the gather clause, which checks entry i is rank i's tensor.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, ThenWork, register
 
-CONTRACT = "gather(dst=root): entry i of the root's list is rank i's tensor, for every root"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_gather_scatter.py"
-
 
 class GatherListReversed(GlooWrapper):
     """gather reverses the root's output list once the data has landed."""

@@ -11,9 +11,6 @@ import torch.distributed as dist
 
 from tests.seeded.gloo_wrapper import GlooWrapper, completed_work, register
 
-CONTRACT = "all_reduce of int64 is exact (inputs near 2**55 do not fit in a double)"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_all_reduce.py"
 ARITHMETIC = (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX)
 
 

@@ -9,9 +9,6 @@ the 4MiB case) and the async one (test_all_reduce_async, float32 4MiB).
 
 from tests.seeded.gloo_wrapper import GlooWrapper, completed_work, register
 
-CONTRACT = "all_reduce of a 4 MiB tensor reduces every element"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_all_reduce.py"
 CHUNK = 1 << 16  # elements per pipelined step
 
 

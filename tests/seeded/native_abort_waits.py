@@ -9,8 +9,6 @@ together (suites/c10d/test_lifecycle.py::test_abort_fails_pending_work).
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = "A Work pending on a group that is aborted fails at once (well within 3 s)"
-SUITE = "suites/c10d/test_lifecycle.py"
 
 DISTCONFORM_SPEC = register_native_bug("native_abort_waits", "abort_waits",
                                        "abort leaves in-flight collectives waiting until their deadline")

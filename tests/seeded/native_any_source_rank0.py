@@ -8,8 +8,6 @@ wildcard receive with source rank 0 whoever sent the message, so
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = "recv without src returns the rank that sent the message"
-SUITE = "suites/p2p/test_send_recv.py"
 
 DISTCONFORM_SPEC = register_native_bug("native_any_source_rank0", "any_source_rank0",
                                        "any-source receives report rank 0")

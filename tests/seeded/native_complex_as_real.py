@@ -11,9 +11,6 @@ suites/c10d/test_dtypes.py::test_complex_reduce_and_reduce_scatter.
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = "reduce and reduce_scatter_tensor of complex tensors: SUM exact, PRODUCT complex or refused, MAX refused"
-SUITE = "suites/c10d/test_dtypes.py"
-EXTRA_ARGS = ("-k", "complex_reduce_and_reduce_scatter")
 
 DISTCONFORM_SPEC = register_native_bug("native_complex_as_real", "complex_as_real",
                                        "complex tensors reduced as their real view")

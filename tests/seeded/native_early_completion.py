@@ -13,8 +13,6 @@ thread wins the race with wait(), which runs a still-queued job itself.)
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = "the future completes only after the data has landed"
-SUITE = "suites/c10d/test_work.py"
 
 DISTCONFORM_SPEC = register_native_bug("native_early_completion", "early_completion",
                                        "Works complete before the copy-out")

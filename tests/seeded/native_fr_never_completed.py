@@ -11,8 +11,6 @@ last completed collective; the recorder=torch cases are native's declared gap).
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = 'An entry leaves "scheduled" once its Work completed: every waited call\'s state is "completed".'
-SUITE = "suites/c10d/test_flight_recorder.py"
 
 DISTCONFORM_SPEC = register_native_bug("native_fr_never_completed", "fr_never_completed",
                                        "flight-recorder entries never marked completed")

@@ -11,9 +11,6 @@ member skips fails after the one-rank group's 8 s, not merge's 3 s).
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = "a merged group times out after the timeout merge_remote_group was given"
-SUITE = "suites/c10d/test_shrink_and_options.py"
-EXTRA_ARGS = ("-k", "test_merge_remote_group")
 
 DISTCONFORM_SPEC = register_native_bug("native_merge_ignores_timeout", "merge_ignores_timeout",
                                        "merge_remote_group keeps the parent's timeout over the one it was given")

@@ -10,8 +10,6 @@ every rank's input scaled by the factor, then summed).
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = "PREMUL_SUM(factor) scales every rank's input by the factor, then sums"
-SUITE = "suites/c10d/test_dtypes.py"
 
 DISTCONFORM_SPEC = register_native_bug("native_premul_first_only", "premul_first_only",
                                        "PREMUL_SUM scales only the first rank's input")

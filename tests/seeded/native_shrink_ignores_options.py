@@ -10,9 +10,6 @@ suites/c10d/test_shrink_and_options.py::test_shrunk_group_times_out_as_its_optio
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = "a shrunk group times out after the timeout its own pg_options give"
-SUITE = "suites/c10d/test_shrink_and_options.py"
-EXTRA_ARGS = ("-k", "test_shrunk_group_times_out_as_its_options_say", "--world-size", "3")
 
 DISTCONFORM_SPEC = register_native_bug("native_shrink_ignores_options", "shrink_ignores_options",
                                        "shrink_group keeps the parent's timeout over its pg_options")

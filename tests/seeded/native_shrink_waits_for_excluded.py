@@ -11,12 +11,7 @@ the harness deadline), and test_shrink_the_default_group alike.
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = "after a rank's process died, the others shrink the default group and reduce over it"
-SUITE = "suites/c10d/test_shrink_and_options.py"
-EXTRA_ARGS = ("-k", "test_shrink_after_a_rank_was_killed")
 
 DISTCONFORM_SPEC = register_native_bug("native_shrink_waits_for_excluded", "shrink_waits_for_excluded",
                                        "shrink_group waits for the ranks it excluded")
 
-# The catching case hangs until the harness deadline: run with a short one.
-HANGS = True

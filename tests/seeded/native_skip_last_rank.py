@@ -10,8 +10,6 @@ test_all_reduce: the sum of every rank's input).
 
 from tests.seeded.native_base import register_native_bug
 
-CONTRACT = "all_reduce gives every rank the exact reduction of all ranks' inputs"
-SUITE = "suites/c10d/test_all_reduce.py"
 
 DISTCONFORM_SPEC = register_native_bug("native_skip_last_rank", "skip_last_rank",
                                        "reductions skip the last rank")

@@ -12,10 +12,6 @@ output list holds strided views.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "all_gather into a list of strided (non-contiguous) views fills the views"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_non_contiguous.py"
-
 
 class NonContiguousLost(GlooWrapper):
     """all_gather writes into contiguous temporaries and never copies them back."""

@@ -8,10 +8,6 @@ clause that sends two tagged messages and receives them in the other order.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "send/recv match by tag, not by arrival order"
-# the file whose clause catches it (the gallery runs only this, to stay fast: all of suites/p2p/ took twice as long)
-SUITE = "suites/p2p/test_send_recv.py"
-
 
 class P2PTagsIgnored(GlooWrapper):
     """send and recv always use tag 0."""

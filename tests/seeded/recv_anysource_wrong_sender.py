@@ -12,10 +12,6 @@ message has been consumed; the clause reports that error as the finding.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, ThenWork, register
 
-CONTRACT = "recv without src returns the rank that actually sent the message"
-# the file whose clause catches it (the gallery runs only this, to stay fast: all of suites/p2p/ took twice as long)
-SUITE = "suites/p2p/test_send_recv.py"
-
 
 class _WrongSourceWork(ThenWork):
     def __init__(self, inner, result, source):

@@ -9,10 +9,6 @@ import torch.distributed as dist
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "all_reduce gives every rank the exact reduction of all ranks' inputs (any op)"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_all_reduce.py"
-
 
 class ReduceOpIgnored(GlooWrapper):
     """all_reduce always reduces with SUM, whatever op was asked for."""

@@ -12,9 +12,6 @@ import torch.distributed as dist
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "FSDP2 training for several steps equals single-process training on the whole batch"
-SUITE = "suites/parallel/test_fsdp.py"
-
 
 class ReduceScatterBaseAvgAsSum(GlooWrapper):
     """_reduce_scatter_base with ReduceOp.AVG sums and never divides."""

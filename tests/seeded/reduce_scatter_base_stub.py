@@ -12,9 +12,6 @@ suites/c10d/test_method_names.py::test_group_method_names_agree.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, completed_work, register
 
-CONTRACT = "both method names of a single-buffer collective reach the backend with the same result"
-SUITE = "suites/c10d/test_method_names.py"
-
 
 class ReduceScatterBaseStub(GlooWrapper):
     """reduce_scatter_single reduces; _reduce_scatter_base returns at once, output untouched."""

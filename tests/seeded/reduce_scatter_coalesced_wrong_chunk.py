@@ -11,10 +11,6 @@ test_redistribute[partial_to_shard].
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "funcol reduce_scatter gives rank i the reduction of every rank's chunk i"
-SUITE = "suites/parallel/test_functional.py"
-EXTRA_ARGS = ("-k", "reduce_scatter")
-
 
 class ReduceScatterCoalescedWrongChunk(GlooWrapper):
     """reduce_scatter_single_coalesced hands rank i the reduced chunk i+1."""

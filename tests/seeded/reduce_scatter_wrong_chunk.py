@@ -8,10 +8,6 @@ chunk. Caught by the reduce_scatter contract
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "reduce_scatter (tensor form): rank i ends with op over every rank's i-th chunk"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_reduce_scatter.py"
-
 
 class ReduceScatterWrongChunk(GlooWrapper):
     """reduce_scatter_tensor hands rank i the reduced chunk i+1."""

@@ -7,10 +7,6 @@ Caught by the reduce clause, which reduces to every root in turn.
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "reduce(dst=root) leaves the exact reduction over all ranks at the root, for every root"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_broadcast_reduce.py"
-
 
 class ReduceToRankZero(GlooWrapper):
     """reduce ignores the root and reduces to rank 0."""

@@ -12,9 +12,6 @@ import queue
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "aborting every group with many operations in flight fails all of them at once"
-SUITE = "suites/c10d/test_lifecycle.py"
-
 
 class AbortDropsQueued(ReferenceProcessGroup):
     """abort() fails the running collective only; the queued ones never complete."""

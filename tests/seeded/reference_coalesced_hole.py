@@ -12,9 +12,6 @@ import torch.distributed as dist
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "every torch.distributed entry point runs on the backend (dist.all_reduce_coalesced)"
-SUITE = "suites/c10d/test_entry_points.py"
-
 
 class CoalescedHole(ReferenceProcessGroup):
     """allreduce_coalesced is c10d's C++ base method again (no backend behind it)."""

@@ -13,9 +13,6 @@ import torch.distributed as dist
 from backends.reference.process_group import ReferenceWork
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "coalesced all_reduce calls each get their own exact reduction"
-SUITE = "suites/c10d/test_coalescing.py"
-
 
 class CoalescedSeams(ReferenceProcessGroup):
     """all_reduce_coalesced through one flat buffer, copied back at the first tensor's stride."""

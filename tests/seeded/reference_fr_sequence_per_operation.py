@@ -11,10 +11,6 @@ reference's declared gap).
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = ("each collective leaves one entry per rank with its name, sizes, dtypes, group and an agreed "
-            "sequence id")
-SUITE = "suites/c10d/test_flight_recorder.py"
-
 
 class SequencePerOperation(ReferenceProcessGroup):
     """The flight recorder's collective_seq_id counts each operation name separately."""

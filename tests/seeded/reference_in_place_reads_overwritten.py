@@ -12,9 +12,6 @@ never. Caught by suites/c10d/test_memory_safety.py::test_in_place_on_own_chunk.
 from backends.reference import semantics
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "reduce_scatter_tensor in place (the output is this rank's chunk of the input) is exact"
-SUITE = "suites/c10d/test_memory_safety.py"
-
 
 class InPlaceReadsOverwritten(ReferenceProcessGroup):
     """reduce_scatter accumulates in its output, reading the rank's own chunk after overwriting it."""

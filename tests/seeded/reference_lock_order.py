@@ -13,8 +13,6 @@ import time
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "all_reduce and send/recv on separate groups from two threads at once finish within a deadline"
-SUITE = "suites/soak/test_concurrency.py::test_all_reduce_and_p2p_on_separate_groups_at_once"
 
 _QUEUE_LOCK = threading.Lock()
 _WIRE_LOCK = threading.Lock()

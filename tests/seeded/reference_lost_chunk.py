@@ -7,9 +7,6 @@ whose output buffers start with a value no rank sends.
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "all_gather into a list: entry i on every rank is rank i's tensor"
-SUITE = "suites/c10d/test_gather_scatter.py"
-
 
 class LostChunk(ReferenceProcessGroup):
     """all_gather never fills the last entry of the output list."""

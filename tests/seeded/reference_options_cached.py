@@ -13,9 +13,6 @@ import torch
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "the pg_options a group was made with are what its backend reports"
-SUITE = "suites/c10d/test_shrink_and_options.py"
-EXTRA_ARGS = ("-k", "test_pg_options_round_trip")
 
 _FIRST_TIMEOUT: list = []
 

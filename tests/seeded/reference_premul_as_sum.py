@@ -7,9 +7,6 @@ suites/c10d/test_dtypes.py::test_premul_sum.
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "PREMUL_SUM(factor) scales every rank's input by the factor, then sums"
-SUITE = "suites/c10d/test_dtypes.py"
-
 
 class PremulAsSum(ReferenceProcessGroup):
     """ReduceOp.PREMUL_SUM is treated as ReduceOp.SUM."""

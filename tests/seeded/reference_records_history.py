@@ -13,9 +13,6 @@ import torch
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "all_reduce writes data only: a tensor with autograd history keeps its grad_fn and gradient"
-SUITE = "suites/c10d/test_all_reduce.py"
-
 
 class RecordsHistory(ReferenceProcessGroup):
     """Collectives' results are written with autograd recording on (in the worker thread)."""

@@ -14,8 +14,6 @@ import threading
 from backends.reference.process_group import ReferenceWork
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "messages between one pair of ranks match their irecvs in the order they were sent"
-SUITE = "suites/p2p/test_batch_mixed.py"
 HOLD_S = 0.1
 
 

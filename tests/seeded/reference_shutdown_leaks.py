@@ -11,9 +11,6 @@ test_destroyed_subgroups_leave_nothing_behind / test_reinit_leaves_nothing_behin
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "a destroyed group leaves no thread, fd or listening port behind"
-SUITE = "suites/c10d/test_lifecycle.py"
-
 
 class ShutdownLeaks(ReferenceProcessGroup):
     """shutdown() stops the worker thread only."""

@@ -11,9 +11,6 @@ import torch
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "The group's own all_reduce SUM of complex sparse COO tensors adds complex values at equal indices"
-SUITE = "suites/c10d/test_dtypes.py"
-
 
 class SparseComplexAsReal(ReferenceProcessGroup):
     """Complex sparse values are summed as their real parts."""

@@ -10,9 +10,6 @@ import threading
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "groups created and destroyed from several threads leave no thread behind"
-SUITE = "suites/soak/test_churn.py"
-
 
 class ThreadPerGroup(ReferenceProcessGroup):
     """A thread per group that outlives it."""

@@ -11,10 +11,6 @@ fails the case with every rank's stack.
 from backends.reference.process_group import ReferenceWork
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "Work.wait(timeout) raises on expiry while a member is away"
-SUITE = "suites/c10d/test_work.py"
-HANGS = True
-
 
 class TimeoutlessWork(ReferenceWork):
     def wait(self, timeout=None):

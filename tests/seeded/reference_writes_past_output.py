@@ -13,9 +13,6 @@ import torch
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "a collective writes only its outputs: the guard bytes after an output are unchanged"
-SUITE = "suites/c10d/test_memory_safety.py"
-
 
 def _one_past(tensor: torch.Tensor, written: list) -> None:
     """Write the tensor's last element once more, just past its end, where its storage has room.

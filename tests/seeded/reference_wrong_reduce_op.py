@@ -7,9 +7,6 @@ all_reduce matrix (every op on every dtype).
 
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
 
-CONTRACT = "all_reduce gives every rank the exact reduction of all ranks' inputs (any op)"
-SUITE = "suites/c10d/test_all_reduce.py"
-
 
 class WrongReduceOp(ReferenceProcessGroup):
     """MIN is computed as MAX and MAX as MIN."""

@@ -12,10 +12,6 @@ import types
 from backends.reference.rpc import nn as reference_nn
 from tests.seeded.training_base import plant
 
-CONTRACT = "rm.forward, rm.forward_async and vars(rm) pickle over RPC; the receiver's forward runs the same remote module"
-SUITE = "suites/dist_autograd/test_remote_module.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp", "-k", "bound_forward")
-
 
 def _misnamed(original):
     def _install_generated_methods(self):

@@ -9,10 +9,6 @@ use on a CPU build).
 from backends.reference.rpc import nn as reference_nn
 from tests.seeded.training_base import plant
 
-CONTRACT = "'w/cpu', 'rank:N/cpu', 'rank:N', 'w' name the worker (name or rank) and device; 'w/cuda:0' parses"
-SUITE = "suites/dist_autograd/test_remote_module.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp", "-k", "remote_device")
-
 
 def _ignore_device(original):
     def _prepare_init(self, remote_device):

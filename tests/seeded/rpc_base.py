@@ -4,7 +4,7 @@ An RPC bug module registers the clean gloo wrapper as its c10d backend (the
 process groups are not what is under test) and replaces one method of the
 reference ``Agent`` on import, live in that backend's ranks only (tests/seeded/planting.py):
 every agent those ranks start carries the bug.
-The gallery runs it with ``--rpc-agent reference-tp`` (``EXTRA_ARGS``).
+The gallery runs it with ``--rpc-agent reference-tp`` (its record's ``options``, tests/seeded/registry.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from tests.seeded.gloo_wrapper import GlooWrapper, register
 from tests.seeded.planting import plant as plant_for_backend
 
 Agent = agent_module.Agent
-EXTRA_ARGS = ("--rpc-agent", "reference-tp")
 
 
 class RpcBugHost(GlooWrapper):

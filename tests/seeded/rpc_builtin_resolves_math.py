@@ -13,11 +13,6 @@ import torch
 from backends.reference.rpc import builtin_ops
 from tests.seeded.rpc_base import RpcBugHost, plant_in
 
-CONTRACT = ("A torch builtin runs as its aten operator: torch.cos of a one-element tensor returns a tensor, "
-            "math.cos a float")
-SUITE = "suites/rpc/test_fidelity.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp", "-k", "builtins")
-
 
 def _first_listed(original):
     def resolve(name):

@@ -11,11 +11,6 @@ operator"). Caught by the builtin clause's refused calls.
 from backends.reference.rpc import builtin_ops
 from tests.seeded.rpc_base import RpcBugHost, plant_in
 
-CONTRACT = ("A torch builtin runs as its aten operator: torch.cos of a one-element tensor returns a tensor, "
-            "math.cos a float")
-SUITE = "suites/rpc/test_fidelity.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp", "-k", "builtins")
-
 
 def _no_match(original):
     def check_arguments(name, args, kwargs):

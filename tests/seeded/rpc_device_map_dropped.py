@@ -4,7 +4,7 @@ The harness gives a TensorPipe agent on CUDA ranks ``device_maps`` from its own
 device to each peer's (backends/rpc_agents.py:device_maps); this bug maps
 nothing (a plausible slip: maps built only for multi-GPU ranks). Caught by
 the device-map clause: TensorPipe refuses the CUDA tensor instead of moving it
-to the callee's device. Needs a CUDA GPU (``NEEDS_CUDA``): the gallery skips
+to the callee's device. Needs a CUDA GPU (its record's ``needs``): the gallery skips
 it elsewhere, saying so; the GPU lane runs it.
 """
 
@@ -12,11 +12,6 @@ import dataclasses
 
 from backends import rpc_agents
 from backends.builtin import BUILTIN_SPECS
-
-CONTRACT = "An accelerator tensor reaches the callee on the device the map names; its reply returns on the caller's device"
-SUITE = "suites/rpc/test_device_maps.py"
-EXTRA_ARGS = ("--rpc-agent", "tensorpipe")
-NEEDS_CUDA = True
 
 
 def _no_maps(rank, devices):

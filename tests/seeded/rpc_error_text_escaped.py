@@ -7,10 +7,6 @@ break (what the reference agents did before). Caught by the error-text clause.
 
 from tests.seeded.rpc_base import RpcBugHost, agent_module, plant_in
 
-CONTRACT = "A re-raised remote error's text is unicode_escape-decoded as torch does: repr's \\n is a line break"
-SUITE = "suites/rpc/test_fidelity.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp", "-k", "decoded")
-
 
 def _undecoded(original):
     def raise_remote(exc_type, text):

@@ -5,10 +5,7 @@ reply with no value, so the caller's call "succeeds". Caught by the RPC
 error clauses: the caller gets None instead of the remote ValueError.
 """
 
-from tests.seeded.rpc_base import EXTRA_ARGS, agent_module, bind, plant  # noqa: F401
-
-CONTRACT = "A remote function's exception is re-raised on the caller with its type and message"
-SUITE = "suites/rpc/test_errors.py"
+from tests.seeded.rpc_base import agent_module, bind, plant
 
 
 def _swallow(original):

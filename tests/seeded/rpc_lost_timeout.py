@@ -6,10 +6,7 @@ value). Caught by the RPC timeout clauses: a call whose callee runs longer
 than its 0.4 s timeout returns its value instead of failing in time.
 """
 
-from tests.seeded.rpc_base import EXTRA_ARGS, bind, plant  # noqa: F401  (EXTRA_ARGS: the gallery reads it)
-
-CONTRACT = "A call (or to_here) whose callee computes longer than timeout= fails with the agent's timeout error"
-SUITE = "suites/rpc/test_timeouts.py"
+from tests.seeded.rpc_base import bind, plant
 
 
 def _forget_timeout(original):

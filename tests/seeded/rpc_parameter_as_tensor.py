@@ -13,9 +13,6 @@ from backends.reference.rpc import serialize
 from tests.seeded.gloo_wrapper import register
 from tests.seeded.rpc_base import RpcBugHost
 
-CONTRACT = "An nn.Parameter arrives as an nn.Parameter (requires_grad kept, a leaf), sent or inside a returned module"
-SUITE = "suites/rpc/test_fidelity.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp", "-k", "parameter")
 
 # BUG: a Parameter pickles through the tensor reducer and arrives as a torch.Tensor
 serialize.register_reducer(torch.nn.Parameter, serialize._tensor_reducer)

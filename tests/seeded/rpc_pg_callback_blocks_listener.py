@@ -10,10 +10,6 @@ clause on reference-pg.
 from backends.reference.rpc.pg_transport import PgTransport
 from tests.seeded.rpc_base import RpcBugHost, plant_in
 
-CONTRACT = "A then() callback that waits on another RPC to the same peer completes (tensor([3., 3.])), no deadlock"
-SUITE = "suites/rpc/test_futures.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-pg")
-
 
 def _never_hand_over(original):
     def monitor(self):

@@ -7,12 +7,7 @@ nested-RPC clauses and by parity with TensorPipe on the nested workload.
 """
 
 from backends.reference.rpc import profiling
-from tests.seeded.rpc_profiling_base import EXTRA_ARGS as BASE_ARGS
-from tests.seeded.rpc_profiling_base import SUITE, plant_in_profiling  # noqa: F401
-
-CONTRACT = "the callee's events are collected when the response is complete (async_execution work included)"
-# the nested workload needs a third worker (the gallery's --world-size 2 is overridden)
-EXTRA_ARGS = (*BASE_ARGS, "--world-size", "3")
+from tests.seeded.rpc_profiling_base import plant_in_profiling
 
 
 def collect_at_return(fut, session, result, profiling_id):

@@ -13,9 +13,6 @@ from backends.reference.rpc import profiling
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 from tests.seeded.planting import plant
 
-SUITE = "suites/profiling/"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp")
-
 
 def spec(name: str, doc: str):
     """The clean gloo wrapper registered as ``name`` (the bug lives in the RPC agent, not in c10d)."""

@@ -9,9 +9,6 @@ TensorPipe on the python_udf_raises workload.
 """
 
 from tests.seeded.rpc_base import bind, plant
-from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE  # noqa: F401
-
-CONTRACT = "a profiled Python function that raises brings its error and the callee's events back (TensorPipe parity)"
 
 
 def _drop_events(original):

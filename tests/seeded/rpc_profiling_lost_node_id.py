@@ -6,9 +6,8 @@ parity with TensorPipe (every remote event's node id differs).
 """
 
 from backends.reference.rpc import profiling
-from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, plant_in_profiling  # noqa: F401
+from tests.seeded.rpc_profiling_base import plant_in_profiling
 
-CONTRACT = "remote events keep the node id (rank) of the worker that ran them"
 
 def _local_node(clean):
     def remote_record_local_node(record, prefix):

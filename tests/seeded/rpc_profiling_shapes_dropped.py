@@ -5,9 +5,8 @@ with its defaults. Caught by the local-vs-remote shapes clause and by parity
 with TensorPipe (remote events come back with shapes []).
 """
 
-from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, plant_in_profiling  # noqa: F401
+from tests.seeded.rpc_profiling_base import plant_in_profiling
 
-CONTRACT = "with record_shapes a remote op's input shapes equal the same op profiled locally"
 
 def _without_shapes(clean):
     def callee_config_without_shapes(fields):

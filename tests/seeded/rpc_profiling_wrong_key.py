@@ -5,9 +5,7 @@ by the profiling suite's key clause and by parity with TensorPipe: every RPC
 event and every remote event name differs.
 """
 
-from tests.seeded.rpc_profiling_base import EXTRA_ARGS, SUITE, plant_in_profiling  # noqa: F401 (the gallery reads them)
-
-CONTRACT = "the RPC event is named rpc_{mode}#{name}({src} -> {dst}), remote events key#remote_op: op"
+from tests.seeded.rpc_profiling_base import plant_in_profiling
 
 
 def wrong_key(mode, func_name, src_name, dst_name):

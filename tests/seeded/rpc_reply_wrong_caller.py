@@ -10,11 +10,7 @@ the concurrency clause, where every worker calls every worker at once and
 each reply must carry the caller's own value.
 """
 
-from tests.seeded.rpc_base import EXTRA_ARGS, Agent, bind, plant  # noqa: F401
-
-CONTRACT = ("A worker calling itself by its own name runs the function locally and gets the result; many calls "
-            "in flight from every worker to every worker: each reply comes from the callee asked")
-SUITE = "suites/rpc/test_calls.py"
+from tests.seeded.rpc_base import bind, plant
 
 
 def _remember_last_caller(original):

@@ -6,10 +6,7 @@ the default timeout, as the store's own wait did). Caught by the shutdown
 clause whose rank 1 reaches shutdown three RPC timeouts late.
 """
 
-from tests.seeded.rpc_base import EXTRA_ARGS, bind, plant  # noqa: F401  (EXTRA_ARGS: the gallery reads it)
-
-CONTRACT = "Graceful shutdown waits for a worker that reaches it 3 RPC timeouts later; every worker's returns"
-SUITE = "suites/rpc/test_shutdown.py"
+from tests.seeded.rpc_base import bind, plant
 
 
 def _rpc_timeout_bound(original):

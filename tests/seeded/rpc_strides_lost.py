@@ -12,11 +12,6 @@ from backends.reference import codec
 from backends.reference.rpc import tp_codec
 from tests.seeded.rpc_base import RpcBugHost, plant_in
 
-CONTRACT = ("A transposed, permuted, channels_last or expanded tensor arrives with its strides, as argument "
-            "and as result")
-SUITE = "suites/rpc/test_fidelity.py"
-EXTRA_ARGS = ("--rpc-agent", "reference-tp", "-k", "strides")
-
 
 def _row_major(original):
     def strided_payload(tensor, index, carrier):

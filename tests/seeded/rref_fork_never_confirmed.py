@@ -8,11 +8,7 @@ Caught by the clause that reads ``confirmed_by_owner()`` inside the callee.
 import torch
 
 from backends.reference.rpc.owners import OwnerTable
-from tests.seeded.rpc_base import EXTRA_ARGS, RpcBugHost, plant_in  # noqa: F401  (EXTRA_ARGS: the gallery reads it)
-
-CONTRACT = ("A function receiving a user RRef forked by another user sees confirmed_by_owner() True "
-            "(the owner confirmed first)")
-SUITE = "suites/rpc/test_fidelity_more.py"
+from tests.seeded.rpc_base import RpcBugHost, plant_in
 
 
 def _skip_confirmation(original):

@@ -8,10 +8,7 @@ the caller sends the RRef straight back to its owner.
 """
 
 from backends.reference.rpc.owners import OwnerTable
-from tests.seeded.rpc_base import EXTRA_ARGS, RpcBugHost, plant_in  # noqa: F401  (EXTRA_ARGS: the gallery reads it)
-
-CONTRACT = "An RRef sent to its owner while remote() still builds the value works there, even in a call to self"
-SUITE = "suites/rpc/test_rrefs.py"
+from tests.seeded.rpc_base import RpcBugHost, plant_in
 
 
 def _refuse_unbuilt(original):

@@ -7,10 +7,7 @@ clause of suites/rpc/test_fidelity_more.py.
 """
 
 from backends.reference.rpc import rref
-from tests.seeded.rpc_base import EXTRA_ARGS, RpcBugHost, plant_in  # noqa: F401  (EXTRA_ARGS: the gallery reads it)
-
-CONTRACT = "rref.remote().missing_method() raises AttributeError at the call (the owner's value type is checked first)"
-SUITE = "suites/rpc/test_fidelity_more.py"
+from tests.seeded.rpc_base import RpcBugHost, plant_in
 
 
 def _no_check(original):

@@ -7,10 +7,6 @@ scatter contract (suites/c10d/test_gather_scatter.py::test_scatter_from_every_ro
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "scatter(src=root): rank i receives entry i of the root's list"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_gather_scatter.py"
-
 
 class ScatterIgnoresRootOrder(GlooWrapper):
     """scatter sends entry n-1-i of the root's list to rank i."""

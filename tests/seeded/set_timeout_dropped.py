@@ -10,10 +10,6 @@ timeout). Caught by suites/c10d/test_capabilities.py::test_group_options_round_t
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "the timeout a group is given is the timeout its backend reports"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_capabilities.py"
-
 
 class SetTimeoutDropped(GlooWrapper):
     """set_timeout updates the wrapper only, not gloo."""

@@ -11,10 +11,6 @@ import torch.distributed as dist
 
 from tests.seeded.gloo_wrapper import GlooWrapper, ThenWork, register
 
-CONTRACT = "Each mesh dimension's group holds exactly the ranks sharing the other coordinates; all_reduce over it sums (and averages) them"
-SUITE = "suites/parallel/test_dtensor.py"
-EXTRA_ARGS = ("--world-size", "4", "-k", "device_mesh")
-
 
 class SubgroupAvgByWorldSize(GlooWrapper):
     """all_reduce AVG = SUM / dist.get_world_size(), whatever the group."""

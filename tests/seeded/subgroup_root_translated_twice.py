@@ -14,11 +14,6 @@ import torch.distributed as dist
 
 from tests.seeded.gloo_wrapper import GlooWrapper, register
 
-CONTRACT = "broadcast on a subgroup takes src as a global rank and reaches only the members"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_subgroups.py"
-EXTRA_ARGS = ("--world-size", "3")  # a subgroup of one member has no wrong root to pick
-
 
 class SubgroupRootTranslatedTwice(GlooWrapper):
     """broadcast subtracts (global rank - group rank) from the group root it was given."""

@@ -13,10 +13,6 @@ import torch
 
 from tests.seeded.gloo_wrapper import GlooWrapper, ThenWork, register
 
-CONTRACT = "all_gather_object / broadcast_object_list / gather_object / scatter_object_list return equal objects"
-# the suite area whose contract catches it (the gallery runs only this, to stay fast)
-SUITE = "suites/c10d/test_objects.py"
-
 
 def _saturate(tensors) -> None:
     for tensor in tensors:
