@@ -25,6 +25,13 @@ step by step, per iteration:
    every bucket and copy the reduced values back into ``.grad``; a parameter
    unused on every rank keeps its ``.grad`` untouched.
 
+Inside a distributed autograd context (backends/reference/rpc/autograd) the
+gradients live in the context, not in ``.grad``: as torch's reducer
+(``runGradCallbackForVariable``), each hook remembers the context the engine
+runs it in (backends/reference/grad_context.py), reads the parameter's
+gradient from it and ``finalize_backward`` writes the average back into it;
+``.grad`` stays untouched.
+
 Static graph (``static_graph=True``): the first iteration only counts hook
 calls; at the end of its backward ``delay_all_reduce`` reduces everything at
 once and records the parameters unused in it, which stay unused for good.
@@ -41,6 +48,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd import Variable
 
+from .. import grad_context
 from .buckets import (
     Bucket,
     BucketCaps,
@@ -187,6 +195,8 @@ class Reducer:
         self.forward_pass_work = None  # the Join "not joined yet" all-reduce of this iteration
         self.use_static_world_size = True
         self._warned_no_unused = False
+        # the distributed autograd context of this iteration's hooks (torch's rpc_context_), None outside one
+        self.rpc_context: grad_context.GradStore | None = None
 
         # bucket rebuild: parameters in the order their gradients became ready
         self.has_rebuilt_buckets = False
@@ -344,9 +354,10 @@ class Reducer:
     def autograd_hook(self, index: int) -> None:
         """A parameter's gradient was accumulated (or its node ran without one)."""
         with self._lock:
+            self.rpc_context = grad_context.current()
             if self.dynamic_graph_find_unused or self.static_graph_first_iteration:
                 # used = got a defined gradient; counts inside no_sync too, until the next synced backward
-                if self.params[index].grad is not None:
+                if self.grad_of(self.params[index]) is not None:
                     self.local_used_map[index] = 1
             if not self.expect_autograd_hooks:
                 return  # no_sync, or a backward after this iteration's reduction finished
@@ -401,12 +412,22 @@ class Reducer:
             self.forward_pass_work.wait()
             self.div_factor = int(self.forward_pass_work.get_future().value()[0].item())
 
+    def grad_of(self, param: torch.Tensor) -> torch.Tensor | None:
+        """``param``'s gradient: in the current iteration's distributed autograd context, else ``.grad``."""
+        return param.grad if self.rpc_context is None else self.rpc_context.get_grad(param)
+
+    def set_grad(self, param: torch.Tensor, grad: torch.Tensor) -> None:
+        if self.rpc_context is None:
+            param.grad = grad
+        else:
+            self.rpc_context.set_grad(param, grad)
+
     def copy_grad_to_bucket(self, index: int) -> None:
         """The gradient, divided by the divide factor unless a comm hook divides, into its bucket view."""
         bucket_index, intra = self.locators[index]
         view = self.buckets[bucket_index].views_in[intra]
         param = self.params[index]
-        grad = param.grad
+        grad = self.grad_of(param)
         with torch.no_grad():
             if grad is None:
                 if (self.dynamic_graph_find_unused or self.static_graph_first_iteration) \
@@ -429,7 +450,7 @@ class Reducer:
             else:
                 view.copy_(grad)
             if self.gradient_as_bucket_view:
-                param.grad = view
+                self.set_grad(param, view)
 
     def mark_bucket_ready(self, bucket_index: int) -> None:
         """Launch buckets strictly in order: a ready bucket waits for every bucket before it."""
@@ -509,22 +530,23 @@ class Reducer:
             for intra, (index, param) in enumerate(zip(bucket.variable_indices, bucket.variables)):
                 globally_unused = self.is_globally_unused(index)
                 view_out = bucket.views_out[intra]
+                grad = self.grad_of(param)
                 if not self.gradient_as_bucket_view:
                     if globally_unused:
                         continue  # .grad untouched: None stays None
-                    if param.grad is None:  # unused here, used elsewhere: the average arrives anyway
-                        param.grad = clone_obey_contract(view_out, param)
+                    if grad is None:  # unused here, used elsewhere: the average arrives anyway
+                        self.set_grad(param, clone_obey_contract(view_out, param))
                     else:
-                        param.grad.copy_(view_out)
+                        grad.copy_(view_out)  # in place: get_gradients' tensors stay the same objects
                     continue
                 view_in = bucket.views_in[intra]
                 if not shares_storage(view_in, view_out):  # a comm hook returned a new tensor
                     view_in.copy_(view_out)
                 if globally_unused:
                     continue
-                if param.grad is None:
-                    param.grad = view_in
-                elif not shares_storage(param.grad, view_in):
+                if grad is None:
+                    self.set_grad(param, view_in)
+                elif not shares_storage(grad, view_in):
                     raise RuntimeError(NOT_A_BUCKET_VIEW)
 
     # ------------------------------------------------------------ static graph
