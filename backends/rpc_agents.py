@@ -123,6 +123,9 @@ class AgentSpec:
     autograd_module: str = "torch.distributed.autograd"
     optim_module: str = "torch.distributed.optim"  # DistributedOptimizer
     nn_module: str = "torch.distributed.nn"  # RemoteModule
+    # DistributedDataParallel: its reducer writes the averaged gradients into the current distributed autograd
+    # context (reducer.cpp runGradCallbackForVariable), so it must be the DDP that knows this agent's contexts
+    ddp_module: str = "torch.nn.parallel"
     # How a rank starts it: start(spec, rank=, world_size=, store=, init_file=, rpc_timeout=,
     # num_worker_threads=, faults=, devices=) (see start_agent)
     start: Callable[..., None] = start_reference
@@ -170,11 +173,14 @@ class TrainingStack(TypedDict):
     autograd_module: str
     optim_module: str
     nn_module: str
+    ddp_module: str
 
 
-# backends/reference/rpc/{autograd,optim,nn}.py mirror torch.distributed.{autograd,optim,nn}
+# backends/reference/rpc/{autograd,optim,nn}.py mirror torch.distributed.{autograd,optim,nn}, and
+# backends/reference/ddp torch.nn.parallel's DistributedDataParallel
 REFERENCE_STACK = TrainingStack(autograd_module="backends.reference.rpc.autograd",
-                                optim_module="backends.reference.rpc.optim", nn_module="backends.reference.rpc.nn")
+                                optim_module="backends.reference.rpc.optim", nn_module="backends.reference.rpc.nn",
+                                ddp_module="backends.reference.ddp")
 
 TENSORPIPE = AgentSpec(
     name="tensorpipe", module="torch.distributed.rpc",
@@ -310,6 +316,11 @@ def optim(name: str):
 def nn(name: str):
     """The module offering ``RemoteModule`` for this agent."""
     return importlib.import_module(get(name).nn_module)
+
+
+def ddp(name: str):
+    """The module offering ``DistributedDataParallel`` that writes into this agent's autograd contexts."""
+    return importlib.import_module(get(name).ddp_module)
 
 
 def worker_name(rank: int) -> str:

@@ -16,7 +16,9 @@ RPC kind), test_backward (roots, dtypes, unused and non-grad tensors, hooks,
 threads), test_retain_graph, test_chains (nested chains, self calls,
 remote + to_here, completion), test_errors (remote backward errors, invalid
 arguments, a worker lost mid-backward, FAST mode's unused send function),
-test_cleanup (every participant releases the context), test_rref_backward.
+test_cleanup (every participant releases the context), test_rref_backward,
+test_ddp (DDP inside a context: the averaged gradients land in the context,
+each agent paired with its DDP, ``AgentSpec.ddp_module``).
 The training stack on top (each agent's ``optim_module`` / ``nn_module``):
 test_optimizer (DistributedOptimizer, both of torch's paths), test_remote_module
 (RemoteModule and remote-device parsing), test_examples (PyTorch's RPC

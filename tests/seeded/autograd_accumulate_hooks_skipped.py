@@ -13,19 +13,21 @@ from tests.seeded.autograd_base import plant
 
 
 def _grad_only(original):
-    def run_engine(outputs, seeds, leaf_nodes, recvs, retain):
+    def run_engine(context, outputs, seeds, leaf_nodes, recvs, retain):
         leaves = [node.variable for node in leaf_nodes]
         edges = [(record.msg_id, edge) for record in recvs for edge in record.edges()]
         inputs = leaves + [edge for _, edge in edges]
         if not inputs:
-            return [], {}
+            return {}
         # BUG: captures at the leaves; their AccumulateGrad nodes (and hooks) never run
         grads = torch.autograd.grad(outputs, inputs, seeds, retain_graph=retain, allow_unused=True)
-        leaf_grads = [(leaf, g) for leaf, g in zip(leaves, grads) if g is not None]
+        for leaf, g in zip(leaves, grads):
+            if g is not None:
+                context.accumulate(leaf, g)
         recv_grads: dict = {}
         for (msg_id, _), g in zip(edges, grads[len(leaves):]):
             recv_grads.setdefault(msg_id, []).append(g)
-        return leaf_grads, recv_grads
+        return recv_grads
     return run_engine
 
 

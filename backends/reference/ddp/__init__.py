@@ -50,8 +50,14 @@ checks everything else against torch, gradients bit for bit):
 * the "did not find any unused parameters" notice is a Python warning, once
   per DDP (torch: a C++ warning on stderr, once per process).
 
-Not implemented: sparse gradients (``nn.Embedding(sparse=True)``; a clear
-NotImplementedError at construction), mixed precision, buffer comm hooks,
+Sparse gradients (``nn.Embedding(sparse=True)``): each such parameter is a
+bucket of its own whose sparse gradient is divided in place and all-reduced
+as it is (the backend's sparse all-reduce), the sum copied back into it.
+Inside a distributed autograd context of the reference agents
+(backends/reference/rpc/autograd) the reducer reads and writes the gradients
+there, not ``.grad``, as torch's (reducer.cpp ``runGradCallbackForVariable``).
+
+Not implemented: mixed precision, buffer comm hooks,
 ``delay_all_reduce_named_params`` and the other arguments torch 2.13 added
 beyond the interface above.
 """

@@ -142,16 +142,13 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         self._bucket_caps = BucketCaps.from_argument(bucket_cap_mb)
         self.bucket_bytes_cap = self._bucket_caps.bucket_bytes_cap
         params, expect_sparse, names = managed_parameters(module, self.parameters_to_ignore)
-        if any(expect_sparse):
-            raise NotImplementedError("reference DDP: parameters with sparse gradients (nn.Embedding(sparse=True)) "
-                                      "are not implemented")
         verify_same_model(self.process_group, params)
         sync_module_states(module, self.process_group, 0, self.parameters_to_ignore, broadcast_buffers)
         indices, limits = compute_bucket_assignment_by_size(
             params, self._bucket_caps.initial_limits(static_graph, find_unused_parameters), expect_sparse)
         self.reducer = Reducer(params, reducer_order(indices), self.process_group, self._bucket_caps,
                                find_unused_parameters, gradient_as_bucket_view, names,
-                               bucket_size_limits=reducer_order(limits))
+                               bucket_size_limits=reducer_order(limits), expect_sparse_gradient=expect_sparse)
         self._comm_hooks: list = []
         self._has_rebuilt_buckets = False
         if static_graph:

@@ -25,6 +25,13 @@ step by step, per iteration:
    every bucket and copy the reduced values back into ``.grad``; a parameter
    unused on every rank keeps its ``.grad`` untouched.
 
+Inside a distributed autograd context (backends/reference/rpc/autograd) the
+gradients live in the context, not in ``.grad``: as torch's reducer
+(``runGradCallbackForVariable``), each hook remembers the context the engine
+runs it in (backends/reference/grad_context.py), reads the parameter's
+gradient from it and ``finalize_backward`` writes the average back into it;
+``.grad`` stays untouched.
+
 Static graph (``static_graph=True``): the first iteration only counts hook
 calls; at the end of its backward ``delay_all_reduce`` reduces everything at
 once and records the parameters unused in it, which stay unused for good.
@@ -41,6 +48,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd import Variable
 
+from .. import grad_context
 from .buckets import (
     Bucket,
     BucketCaps,
@@ -160,10 +168,15 @@ class Reducer:
     """Gradient reduction for one DDP module over one process group."""
 
     def __init__(self, params, bucket_indices, process_group, caps: BucketCaps, find_unused_parameters: bool,
-                 gradient_as_bucket_view: bool, param_names: dict[int, str], bucket_size_limits=None):
+                 gradient_as_bucket_view: bool, param_names: dict[int, str], bucket_size_limits=None,
+                 expect_sparse_gradient: list[bool] | None = None):
         if not params:
             raise ValueError("the reducer needs at least one parameter")
         self.params = list(params)
+        # per parameter: its gradient is sparse (nn.Embedding(sparse=True)); such a parameter is a bucket of
+        # its own, reduced as the sparse tensor itself (torch's mark_variable_ready_sparse)
+        self.expect_sparse = list(expect_sparse_gradient or [False] * len(self.params))
+        self.sparse_grads: dict[int, torch.Tensor] = {}  # bucket index -> this iteration's sparse gradient
         self.process_group = process_group
         self.caps = caps
         self.find_unused_parameters = find_unused_parameters
@@ -187,6 +200,8 @@ class Reducer:
         self.forward_pass_work = None  # the Join "not joined yet" all-reduce of this iteration
         self.use_static_world_size = True
         self._warned_no_unused = False
+        # the distributed autograd context of this iteration's hooks (torch's rpc_context_), None outside one
+        self.rpc_context: grad_context.GradStore | None = None
 
         # bucket rebuild: parameters in the order their gradients became ready
         self.has_rebuilt_buckets = False
@@ -273,7 +288,7 @@ class Reducer:
                     "rebuilt parameter indices size is not same as original model parameters size.Original model "
                     f"param size is: {len(self.params)} while rebuilt param size is: {len(self.rebuilt_param_indices)}")
             indices, limits = compute_bucket_assignment_by_size(
-                self.rebuilt_params, self.caps.rebuild_limits(), None, self.rebuilt_param_indices)
+                self.rebuilt_params, self.caps.rebuild_limits(), self.expect_sparse, self.rebuilt_param_indices)
             synced = sync_bucket_indices(indices, self.process_group, self.device)
             self.has_rebuilt_buckets = True
             self.rebuilt_params, self.rebuilt_param_indices = [], []
@@ -344,9 +359,10 @@ class Reducer:
     def autograd_hook(self, index: int) -> None:
         """A parameter's gradient was accumulated (or its node ran without one)."""
         with self._lock:
+            self.rpc_context = grad_context.current()
             if self.dynamic_graph_find_unused or self.static_graph_first_iteration:
                 # used = got a defined gradient; counts inside no_sync too, until the next synced backward
-                if self.params[index].grad is not None:
+                if self.grad_of(self.params[index]) is not None:
                     self.local_used_map[index] = 1
             if not self.expect_autograd_hooks:
                 return  # no_sync, or a backward after this iteration's reduction finished
@@ -382,7 +398,7 @@ class Reducer:
         bucket_index, _ = self.locators[index]
         bucket = self.buckets[bucket_index]
         self.set_divide_factor()
-        self.copy_grad_to_bucket(index)
+        self.ready_gradient(index)
         bucket.pending -= 1
         if bucket.pending == 0:
             self.mark_bucket_ready(bucket_index)
@@ -401,12 +417,42 @@ class Reducer:
             self.forward_pass_work.wait()
             self.div_factor = int(self.forward_pass_work.get_future().value()[0].item())
 
+    def grad_of(self, param: torch.Tensor) -> torch.Tensor | None:
+        """``param``'s gradient: in the current iteration's distributed autograd context, else ``.grad``."""
+        return param.grad if self.rpc_context is None else self.rpc_context.get_grad(param)
+
+    def set_grad(self, param: torch.Tensor, grad: torch.Tensor) -> None:
+        if self.rpc_context is None:
+            param.grad = grad
+        else:
+            self.rpc_context.set_grad(param, grad)
+
+    def is_sparse_bucket(self, bucket: Bucket) -> bool:
+        return self.expect_sparse[bucket.variable_indices[0]]
+
+    def ready_gradient(self, index: int) -> None:
+        """The gradient of ``index``, ready for reduction: into its bucket view, or, sparse, as it is."""
+        bucket_index, _ = self.locators[index]
+        if not self.expect_sparse[index]:
+            self.copy_grad_to_bucket(index)
+            return
+        grad = self.grad_of(self.params[index])
+        # torch's texts (reducer.cpp mark_variable_ready_sparse)
+        if grad is None:
+            raise RuntimeError("Expected sparse gradient to be defined.")
+        if not grad.is_sparse:
+            raise RuntimeError("Expected variable to have sparse gradient.")
+        if self.comm_hook is None:
+            with torch.no_grad():
+                grad.div_(self.div_factor)  # in place, as torch: the gradient itself is what is reduced
+        self.sparse_grads[bucket_index] = grad
+
     def copy_grad_to_bucket(self, index: int) -> None:
         """The gradient, divided by the divide factor unless a comm hook divides, into its bucket view."""
         bucket_index, intra = self.locators[index]
         view = self.buckets[bucket_index].views_in[intra]
         param = self.params[index]
-        grad = param.grad
+        grad = self.grad_of(param)
         with torch.no_grad():
             if grad is None:
                 if (self.dynamic_graph_find_unused or self.static_graph_first_iteration) \
@@ -429,7 +475,7 @@ class Reducer:
             else:
                 view.copy_(grad)
             if self.gradient_as_bucket_view:
-                param.grad = view
+                self.set_grad(param, view)
 
     def mark_bucket_ready(self, bucket_index: int) -> None:
         """Launch buckets strictly in order: a ready bucket waits for every bucket before it."""
@@ -440,7 +486,8 @@ class Reducer:
             self.next_bucket += 1
 
     def launch_bucket(self, bucket: Bucket) -> None:
-        bucket.future = self.run_comm_hook(self.grad_bucket(bucket, bucket.buffer))
+        buffer = self.sparse_grads[bucket.index] if self.is_sparse_bucket(bucket) else bucket.buffer
+        bucket.future = self.run_comm_hook(self.grad_bucket(bucket, buffer))
 
     def grad_bucket(self, bucket: Bucket, buffer: torch.Tensor) -> GradBucket:
         return GradBucket(bucket.index, len(self.buckets), buffer, bucket.offsets, bucket.lengths, bucket.variables)
@@ -483,8 +530,14 @@ class Reducer:
                 result = result[0]
             if not isinstance(result, torch.Tensor):
                 raise RuntimeError(f"DDP comm hook future must hold one tensor, got {type(result).__name__}")
-            bucket.point_views_out_at(result)
             self.div_factor = UNSET_DIV_FACTOR  # Join may change it in the next iteration
+            if self.is_sparse_bucket(bucket):
+                # the reduced sum replaces the gradient in place (.grad or the context's tensor), as torch's
+                # bucket.gradients.copy_(future_result)
+                with torch.no_grad():
+                    self.sparse_grads.pop(bucket.index).copy_(result)
+                continue
+            bucket.point_views_out_at(result)
             self.finalize_bucket(bucket)
         if (self.dynamic_graph_find_unused or self.static_graph_first_iteration) and not self.local_used_map_reduced:
             self.local_used_work.wait()  # before the next iteration may reuse local_used_map_dev
@@ -509,22 +562,23 @@ class Reducer:
             for intra, (index, param) in enumerate(zip(bucket.variable_indices, bucket.variables)):
                 globally_unused = self.is_globally_unused(index)
                 view_out = bucket.views_out[intra]
+                grad = self.grad_of(param)
                 if not self.gradient_as_bucket_view:
                     if globally_unused:
                         continue  # .grad untouched: None stays None
-                    if param.grad is None:  # unused here, used elsewhere: the average arrives anyway
-                        param.grad = clone_obey_contract(view_out, param)
+                    if grad is None:  # unused here, used elsewhere: the average arrives anyway
+                        self.set_grad(param, clone_obey_contract(view_out, param))
                     else:
-                        param.grad.copy_(view_out)
+                        grad.copy_(view_out)  # in place: get_gradients' tensors stay the same objects
                     continue
                 view_in = bucket.views_in[intra]
                 if not shares_storage(view_in, view_out):  # a comm hook returned a new tensor
                     view_in.copy_(view_out)
                 if globally_unused:
                     continue
-                if param.grad is None:
-                    param.grad = view_in
-                elif not shares_storage(param.grad, view_in):
+                if grad is None:
+                    self.set_grad(param, view_in)
+                elif not shares_storage(grad, view_in):
                     raise RuntimeError(NOT_A_BUCKET_VIEW)
 
     # ------------------------------------------------------------ static graph
@@ -541,7 +595,7 @@ class Reducer:
             self.require_finalize = True
             for index in range(len(self.params)):
                 self.set_divide_factor()
-                self.copy_grad_to_bucket(index)
+                self.ready_gradient(index)
             for bucket in self.buckets:
                 self.launch_bucket(bucket)
             self.next_bucket = len(self.buckets)
@@ -559,7 +613,8 @@ class Reducer:
 
     def get_zeros_like_grad_buckets(self) -> list[GradBucket]:
         """What a joined rank all-reduces to match one backward: every bucket, zeros, in reducer order."""
-        return [self.grad_bucket(b, torch.zeros_like(b.buffer)) for b in self.buckets]
+        return [self.grad_bucket(b, torch.sparse_coo_tensor(size=b.variables[0].shape, dtype=b.buffer.dtype)
+                                 if self.is_sparse_bucket(b) else torch.zeros_like(b.buffer)) for b in self.buckets]
 
     def get_local_used_map(self) -> torch.Tensor:
         """What a joined rank adds to the used-map all-reduce: the device map as it is.

@@ -78,6 +78,16 @@ class DistAutogradContext:
             else:
                 old.add_(grad)  # in place: get_gradients' tensors stay the same objects
 
+    # what the reference DDP reducer reads and writes while this context's backward runs its hooks
+    # (backends/reference/grad_context.py; torch's DistAutogradContext::runGradCallbackForVariable)
+    def get_grad(self, variable):
+        with self.lock:
+            return self.grads.get(variable)
+
+    def set_grad(self, variable, grad) -> None:
+        with self.lock:
+            self.grads[variable] = grad
+
     def __repr__(self) -> str:
         return f"DistAutogradContext(id={self.id})"
 

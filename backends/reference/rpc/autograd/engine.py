@@ -50,6 +50,7 @@ import torch
 from . import messages
 from .requests import outcome_text, send_propagate
 from .container import CONTAINER, DistAutogradContext
+from ... import grad_context
 from .functions import RecvRecord, is_recv_node
 
 log = logging.getLogger(__name__)
@@ -193,12 +194,11 @@ class BackwardPass:
         later = [s for s in self.sources.values() if not s.done and s not in batch]
         # keep the graph while a source still to run shares a node with this run
         retain = self.retain_graph or any(nodes & s.nodes for s in later)
-        leaf_grads, recv_grads = _run_engine(outputs, seeds, list(leaves.values()), list(recvs.values()), retain)
+        # leaf gradients go into the context as the engine reaches each leaf (the capture hook)
+        recv_grads = _run_engine(self.context, outputs, seeds, list(leaves.values()), list(recvs.values()), retain)
         for source in batch:
             source.done = True
             source.seed = None
-        for leaf, grad in leaf_grads:
-            self.context.accumulate(leaf, grad)
         for msg_id, grads in recv_grads.items():
             acc = self.recv_grads[msg_id]
             for i, grad in enumerate(grads):
@@ -266,21 +266,30 @@ _running = threading.local()  # .capture: the _Capture of the engine run on this
 
 
 class _Capture:
-    """What one local engine run captures: leaf gradients (at their AccumulateGrad) and recv inputs."""
+    """What one local engine run captures: leaf gradients (at their AccumulateGrad, into the context)
+    and recv inputs."""
 
-    def __init__(self):
-        self.leaves: list = []  # (leaf, gradient)
+    def __init__(self, context: DistAutogradContext):
+        self.context = context
         self.recvs: dict = {}  # recv msg id -> gradients flowing into its recv node
+        self.outer: list = []  # grad_context's previous value, per leaf whose hooks are running
 
     def leaf_prehook(self, node, grads):
         """torch's DistAccumulateGradCaptureHook: after the node's own pre hooks (registered earlier),
-        take the gradient for the context and leave none for ``.grad``; the node's post hooks
-        still run (DDP's reducer hooks there)."""
+        accumulate the gradient into the context and leave none for ``.grad``; the node's post hooks
+        still run (DDP's reducer hooks there), with this context as the thread's (``leaf_posthook``
+        restores): the reducer reads the gradient from it and writes the averaged one back."""
         if getattr(_running, "capture", None) is not self:
             return None  # another thread's engine run (a local backward, another pass)
         if grads[0] is not None:
-            self.leaves.append((node.variable, grads[0]))
+            self.context.accumulate(node.variable, grads[0])
+        self.outer.append(grad_context.enter(self.context))
         return (None,)
+
+    def leaf_posthook(self, grad_inputs, grad_outputs):
+        """Registered after every other post hook of the node: the end of torch's context guard."""
+        if getattr(_running, "capture", None) is self and self.outer:
+            grad_context.leave(self.outer.pop())
 
     def recv_prehook(self, msg_id, grads):
         if getattr(_running, "capture", None) is self:
@@ -288,14 +297,16 @@ class _Capture:
         return None
 
 
-def _run_engine(outputs: list, seeds: list, leaf_nodes: list, recvs: list, retain: bool) -> tuple[list, dict]:
+def _run_engine(context: DistAutogradContext, outputs: list, seeds: list, leaf_nodes: list, recvs: list,
+                retain: bool) -> dict:
     """Run torch's engine from ``outputs``, executing the leaves' AccumulateGrad nodes (their hooks run,
     as in torch's distributed engine) with the gradient captured for the context, ``.grad`` untouched.
 
     CPU backward runs on the calling thread, so a thread-local marks whose run a hook sees.
     """
-    capture = _Capture()
+    capture = _Capture(context)
     handles = [node.register_prehook(partial(capture.leaf_prehook, node)) for node in leaf_nodes]
+    handles += [node.register_hook(capture.leaf_posthook) for node in leaf_nodes]
     handles += [record.node.register_prehook(partial(capture.recv_prehook, record.msg_id)) for record in recvs]
     # torch's capture never runs AccumulateGrad itself, so the leaf's post-accumulate-grad hooks do not run
     muted = [(node.variable, dict(hooks)) for node in leaf_nodes
@@ -308,11 +319,13 @@ def _run_engine(outputs: list, seeds: list, leaf_nodes: list, recvs: list, retai
             torch.autograd.backward(outputs, seeds, retain_graph=retain)
     finally:
         _running.capture = outer
+        while capture.outer:  # a hook raised between a leaf's pre and post hooks
+            grad_context.leave(capture.outer.pop())
         for variable, hooks in muted:
             variable._post_accumulate_grad_hooks.update(hooks)
         for handle in handles:
             handle.remove()
-    return capture.leaves, capture.recvs
+    return capture.recvs
 
 
 def _validate_roots(roots) -> list:
