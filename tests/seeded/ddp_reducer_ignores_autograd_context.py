@@ -12,10 +12,7 @@ DDP-inside-a-context clause of suites/dist_autograd/test_ddp.py.
 from __future__ import annotations
 
 from backends.reference import grad_context
-from tests.seeded.autograd_base import EXTRA_ARGS, plant  # noqa: F401
-
-CONTRACT = "DDP backward inside a context: get_gradients holds the average over ranks; .grad stays None"
-SUITE = "suites/dist_autograd/test_ddp.py"
+from tests.seeded.autograd_base import plant
 
 
 def _no_context(original):
