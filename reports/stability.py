@@ -138,15 +138,16 @@ class Unstable:
     def sentence(self) -> str:
         """'<clause> fails 1 of 20 times on gloo at world size 3', as a person says it."""
         where = f"on {self.target} at world size {self.world_size}"
+        clause = self.clause.rstrip(". ")
         of = f"{self.showed} of {self.runs} times"
         if len(self.cases) > 1:
             of += f" (in {len(self.cases)} cases)"
         if self.kind == "contract":
-            return f"{self.clause} fails {of} {where}"
+            return f"{clause} — fails {of} {where}"
         if self.kind == "gap":
-            return (f"{self.clause}: its declared gap shows {of} {where}, and passes the others "
+            return (f"{clause} — its declared gap shows {of} {where} and passes the others "
                     f"(the gap is intermittent, not a strict xfail)")
-        return f"{self.clause}: its declared intermittent gap shows {of} {where}"
+        return f"{clause} — its declared intermittent gap shows {of} {where}"
 
     @property
     def fraction(self) -> float:
@@ -174,7 +175,7 @@ class Steady:
         what = "showed in every one" if self.always else "showed in none"
         hint = "a strict xfail, really" if self.always else "fixed, perhaps: a gap that no longer holds"
         cases = f"{len(self.cases)} case" + ("" if len(self.cases) == 1 else "s")
-        return (f"{self.clause} on {self.target} at world size {self.world_size}: declared intermittent, "
+        return (f"{self.clause.rstrip('. ')} — on {self.target} at world size {self.world_size}, declared intermittent, "
                 f"{what} of {self.runs} runs ({cases}; {hint})")
 
 
