@@ -115,7 +115,7 @@ def _failures(records) -> list[str]:
     for group in causes[: SHOWN["causes"]]:
         clauses = group.clauses
         shown = "; ".join(cell(c, 50) for c in clauses[:2]) + (f" (+{len(clauses) - 2})" if len(clauses) > 2 else "")
-        out.append(f"| {len(group.cases)} | {cell(group.cause, 200)} | {shown} |")
+        out.append(f"| {len(group.cases)} | {cell(group.cause, 160)} | {shown} |")
     out += _more(len(causes), SHOWN["causes"], "causes")
     out += ["", "Failing cases (repeats of a case on one line):", ""]
     rows = views.failing_cases(records)
@@ -123,7 +123,7 @@ def _failures(records) -> list[str]:
         bad = [r for r in runs if r.outcome in views.BAD]
         times = f" in {len(bad)} of {len(runs)} runs" if len(runs) > 1 else ""
         out.append(f"- **{area}** · {cell(clause, 70)} `{views.case_id(key)}` {bad[0].outcome}{times}: "
-                   f"{cell(views.failure_line(bad[0]), 160)}")
+                   f"{cell(views.failure_line(bad[0]), 140)}")
     return out + _more(len(rows), SHOWN["failing"], "failing cases") + [""]
 
 
@@ -151,14 +151,15 @@ def _stability(records) -> list[str]:
         out.append(f"Every case gave the same verdict in all {found.repeats} runs.")
     for u in found.unstable[: SHOWN["unstable"]]:
         counts = ", ".join(f"{n} {o}" for o, n in sorted(u.outcomes.items(), key=lambda kv: -kv[1]))
-        out.append(f"- **{u.area}** · {cell(u.sentence, 260)} ({counts}; `{views.case_id(u.cases[0].key)}`"
+        out.append(f"- **{u.area}** · {cell(u.clause.rstrip('. '), 90)} — {u.verdict} ({counts}; "
+                   f"`{views.case_id(u.cases[0].key)}`"
                    + (f" +{len(u.cases) - 1}" if len(u.cases) > 1 else "") + ")")
         for text, n in u.errors[:2]:
-            out.append(f"  - {n}×: {cell(text, 160)}")
+            out.append(f"  - {n}×: {cell(text, 140)}")
     out += _more(len(found.unstable), SHOWN["unstable"], "varied clauses")
     if found.steady:
         out += ["", f"Declared intermittent, never varied in {found.repeats} runs:", ""]
-        out += [f"- **{s.area}** · {cell(s.sentence, 300)}" for s in found.steady[: SHOWN["steady"]]]
+        out += [f"- **{s.area}** · {cell(s.clause.rstrip('. '), 90)} — {s.verdict}" for s in found.steady[: SHOWN["steady"]]]
         out += _more(len(found.steady), SHOWN["steady"], "steady intermittent gaps")
     return out + [""]
 

@@ -135,19 +135,21 @@ class Unstable:
         return next((c.gap for c in self.cases if c.gap), "")
 
     @property
-    def sentence(self) -> str:
-        """'<clause> fails 1 of 20 times on gloo at world size 3', as a person says it."""
+    def verdict(self) -> str:
+        """What varied, after the clause: 'fails 1 of 20 times on gloo at world size 3', as a person says it."""
         where = f"on {self.target} at world size {self.world_size}"
-        clause = self.clause.rstrip(". ")
         of = f"{self.showed} of {self.runs} times"
         if len(self.cases) > 1:
             of += f" (in {len(self.cases)} cases)"
         if self.kind == "contract":
-            return f"{clause} — fails {of} {where}"
+            return f"fails {of} {where}"
         if self.kind == "gap":
-            return (f"{clause} — its declared gap shows {of} {where} and passes the others "
-                    f"(the gap is intermittent, not a strict xfail)")
-        return f"{clause} — its declared intermittent gap shows {of} {where}"
+            return f"its declared gap shows {of} {where} and passes the others (the gap is intermittent, not a strict xfail)"
+        return f"its declared intermittent gap shows {of} {where}"
+
+    @property
+    def sentence(self) -> str:
+        return f"{self.clause.rstrip('. ')} — {self.verdict}"
 
     @property
     def fraction(self) -> float:
@@ -171,12 +173,16 @@ class Steady:
         return sum(len(c.runs) for c in self.cases)
 
     @property
-    def sentence(self) -> str:
+    def verdict(self) -> str:
         what = "showed in every one" if self.always else "showed in none"
         hint = "a strict xfail, really" if self.always else "fixed, perhaps: a gap that no longer holds"
         cases = f"{len(self.cases)} case" + ("" if len(self.cases) == 1 else "s")
-        return (f"{self.clause.rstrip('. ')} — on {self.target} at world size {self.world_size}, declared intermittent, "
-                f"{what} of {self.runs} runs ({cases}; {hint})")
+        return (f"on {self.target} at world size {self.world_size}, declared intermittent, {what} of {self.runs} runs "
+                f"({cases}; {hint})")
+
+    @property
+    def sentence(self) -> str:
+        return f"{self.clause.rstrip('. ')} — {self.verdict}"
 
 
 @dataclass
