@@ -145,8 +145,9 @@ def _stability(records) -> list[str]:
     found = views.stability(records)
     if found is None:
         return []
-    out = [f"## Stability: {found.repeats} runs of each of {plural(found.cases, 'case')} (--repeat), "
-           f"{found.varied_cases} varied, in {plural(len(found.unstable), 'clause')}", ""]
+    varied = (f"{found.varied_cases} varied, in {plural(len(found.unstable), 'clause')}" if found.unstable
+              else "none varied")
+    out = [f"## Stability: {found.repeats} runs of each of {plural(found.cases, 'case')} (--repeat), {varied}", ""]
     if not found.unstable:
         out.append(f"Every case gave the same verdict in all {found.repeats} runs.")
     for u in found.unstable[: SHOWN["unstable"]]:

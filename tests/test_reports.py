@@ -193,10 +193,10 @@ def test_render_tabulates_backend_by_area_and_lists_findings():
     assert "| nccl | c10d | 0 | 0 | 0 | 0 | 0 | 2 |" in lines
     assert "## Failures: 2 cases, 2 causes" in lines
     assert "| 1 | Boom: a\\|b | clause b |" in lines  # pipes escaped, first line only
-    assert "  - `[gloo-ws2-3]` failed: Boom: a\\|b" in lines  # grouped under its clause
-    assert "  - `[gloo-ws2-5]` error: teardown broke" in lines
+    assert "- **c10d** · clause b `[gloo-ws2-3]` failed: Boom: a\\|b" in lines  # with its clause
+    assert "- **p2p** · clause d `[gloo-ws2-5]` error: teardown broke" in lines
     assert "| gloo | gap | 1 | gloo ws2 | E1 |" in lines  # the owner's prefix is its own column
-    assert "| 2 | backend nccl unavailable | nccl |" in lines
+    assert "- 2: backend nccl unavailable (nccl)" in lines
     assert "pytest exit status: 1" in text
     json.dumps([r.to_dict() for r in records])  # records are JSON-serialisable
 
