@@ -117,6 +117,9 @@ class ReportCollector:
             "wall_seconds": round(time.time() - self.started, 3),
             "exit_status": int(exitstatus),
         }
+        repeat = config.getoption("repeat", 1)
+        if repeat and repeat > 1:  # a plain run's facts stay as they were
+            meta["repeat"] = repeat
         meta.update(runfacts.collect(started=self.started, root=str(config.rootpath),
                                      plugins=config.getoption("backend_plugin"), args=config.invocation_params.args))
         return meta
@@ -128,7 +131,8 @@ class ReportCollector:
             return
         out = report_dir(self.config)
         os.makedirs(out, exist_ok=True)
-        meta = self.meta(exitstatus)
+        # session.exitstatus: a plugin may have changed it this hook (fixtures/repeat.py, a gap that closed)
+        meta = self.meta(session.exitstatus)
         records = list(self.records.values())
         write_json(os.path.join(out, "conformance.json"), records, meta)
         write_markdown(os.path.join(out, "summary.md"), records, meta)

@@ -112,6 +112,8 @@ def context(records, meta: dict, *, out_dir: str = "", started: float = 0.0) -> 
         "cases_by_target_area": sorted(by_target_area.items()),
         "contract": views.contract_view(records),
         "causes": views.failures_by_cause(records),
+        "failing": views.failures(records),
+        "stability": views.stability(records),
         "gaps": views.gaps(records),
         "skips": views.skips(records),
         "findings": views.findings_by_clause(records),

@@ -1,11 +1,12 @@
-"""summary.md: what a backend author reads in a terminal, a page or two for a default run.
+"""summary.md: the verdict, for a terminal: under 12 KB however many cases, findings or repeats.
 
-The backend x area table; failures grouped by cause (the ranks' own exception,
-normalised: a backend author fixes causes, not rows), then one line per
-failing case grouped by clause; one line per known gap with its case count;
-findings one line per clause and distinct finding with their count; skip
-reasons with counts. Everything per case (rank texts, timings, profiling)
-is in report.html and conformance.json beside this file.
+A verdict line; the backend x area table; failures grouped by cause (the
+ranks' own exception, normalised: a backend author fixes causes, not rows),
+then the first failing cases; stability (``--repeat``: the clauses whose
+verdict varied, with counts and errors); the known gaps with most cases;
+findings and skips counted, with the first few; the slowest clauses. Each
+section shows its worst few (``SHOWN``) and counts the rest: every entry,
+finding, rank text and timing is in report.html and conformance.json.
 """
 
 from __future__ import annotations
@@ -69,6 +70,41 @@ def _matrix(records) -> list[str]:
     return out + [""]
 
 
+# How many entries each section shows: the worst few, the rest counted. summary.md stays the size of a
+# terminal page whatever the number of cases or findings (tests/test_reports.py holds it under 12 KB);
+# every entry is in report.html and conformance.json.
+SHOWN = {"causes": 5, "failing": 8, "gaps": 8, "unstable": 6, "steady": 3, "findings": 3, "skips": 3, "slowest": 3}
+
+
+def _more(total: int, shown: int, what: str) -> list[str]:
+    return [f"… and {total - shown} more {what}: report.html"] if total > shown else []
+
+
+def _verdict(records) -> list[str]:
+    """One line a person reads first: did the backend hold the contract, and what else to look at."""
+    failing = views.failures(records)
+    gaps = views.gaps(records)
+    found = views.stability(records)
+    parts = []
+    if failing:
+        causes = views.failures_by_cause(records)
+        parts.append(f"{plural(len(failing), 'case')} failed ({plural(len(causes), 'cause')})")
+    if found is not None and found.unstable:
+        parts.append(f"{plural(len(found.unstable), 'clause')} varied over {found.repeats} runs")
+    if gaps:
+        parts.append(f"{plural(len(gaps), 'known gap')} shown in {plural(sum(len(g.cases) for g in gaps), 'case')}")
+    ran = sum(1 for r in records if r.outcome != "skipped")
+    if failing:
+        word = "FAIL"
+    elif found is not None and any(u.kind == "contract" for u in found.unstable):
+        word = "UNSTABLE"
+    elif ran:
+        word = "PASS"
+    else:
+        return []
+    return [f"**Verdict: {word}** · " + ("; ".join(parts) if parts else "every case that ran held the contract"), ""]
+
+
 def _failures(records) -> list[str]:
     failing = views.failures(records)
     if not failing:
@@ -76,39 +112,70 @@ def _failures(records) -> list[str]:
     causes = views.failures_by_cause(records)
     out = [f"## Failures: {plural(len(failing), 'case')}, {plural(len(causes), 'cause')}", "",
            "| cases | cause (the ranks' own exception) | clauses |", "|---|---|---|"]
-    for group in causes:
+    for group in causes[: SHOWN["causes"]]:
         clauses = group.clauses
-        shown = "; ".join(cell(c, 60) for c in clauses[:2]) + (f" (+{len(clauses) - 2})" if len(clauses) > 2 else "")
-        out.append(f"| {len(group.cases)} | {cell(group.cause, 220)} | {shown} |")
-    out += ["", "By clause (one line per case):", ""]
-    for area, clause, cases in views.failures_by_clause(records):
-        out.append(f"- **{area}** · {cell(clause, 200)} (`{cases[0].nodeid.split('[')[0]}`)")
-        for r in cases:
-            out.append(f"  - `{views.case_id(r.nodeid)}` {r.outcome}: {cell(views.failure_line(r), 200)}")
-    return out + [""]
+        shown = "; ".join(cell(c, 50) for c in clauses[:2]) + (f" (+{len(clauses) - 2})" if len(clauses) > 2 else "")
+        out.append(f"| {len(group.cases)} | {cell(group.cause, 160)} | {shown} |")
+    out += _more(len(causes), SHOWN["causes"], "causes")
+    out += ["", "Failing cases (repeats of a case on one line):", ""]
+    rows = views.failing_cases(records)
+    for area, clause, key, runs in rows[: SHOWN["failing"]]:
+        bad = [r for r in runs if r.outcome in views.BAD]
+        times = f" in {len(bad)} of {len(runs)} runs" if len(runs) > 1 else ""
+        out.append(f"- **{area}** · {cell(clause, 70)} `{views.case_id(key)}` {bad[0].outcome}{times}: "
+                   f"{cell(views.failure_line(bad[0]), 140)}")
+    return out + _more(len(rows), SHOWN["failing"], "failing cases") + [""]
 
 
 def _gaps(records) -> list[str]:
     groups = views.gaps(records)
     if not groups:
         return []
-    out = ["## Known gaps (strict xfail: the case ran and showed the gap)", "",
+    cases = sum(len(g.cases) for g in groups)
+    out = [f"## Known gaps: {len(groups)}, shown in {plural(cases, 'case')} (strict xfail: the case ran and showed "
+           "the gap); most cases first", "",
            "| whose | gap | cases | where | actual behaviour (first case) |", "|---|---|---|---|---|"]
-    for g in groups:
-        out.append(f"| {cell(', '.join(g.owners), 60)} | {cell(g.reason, 140)} | {len(g.cases)} | "
-                   f"{cell(', '.join(g.targets), 80)} | {cell(g.behaviour, 140) or '-'} |")
+    for g in sorted(groups, key=lambda g: -len(g.cases))[: SHOWN["gaps"]]:
+        out.append(f"| {cell(', '.join(g.owners), 40)} | {cell(g.reason, 110)} | {len(g.cases)} | "
+                   f"{cell(', '.join(g.targets), 40)} | {cell(g.behaviour, 90) or '-'} |")
+    return out + _more(len(groups), SHOWN["gaps"], "gaps") + [""]
+
+
+def _stability(records) -> list[str]:
+    found = views.stability(records)
+    if found is None:
+        return []
+    varied = (f"{found.varied_cases} varied, in {plural(len(found.unstable), 'clause')}" if found.unstable
+              else "none varied")
+    out = [f"## Stability: {found.repeats} runs of each of {plural(found.cases, 'case')} (--repeat), {varied}", ""]
+    if not found.unstable:
+        out.append(f"Every case gave the same verdict in all {found.repeats} runs.")
+    for u in found.unstable[: SHOWN["unstable"]]:
+        counts = ", ".join(f"{n} {o}" for o, n in sorted(u.outcomes.items(), key=lambda kv: -kv[1]))
+        out.append(f"- **{u.area}** · {cell(u.clause.rstrip('. '), 90)} — {u.verdict} ({counts}; "
+                   f"`{views.case_id(u.cases[0].key)}`"
+                   + (f" +{len(u.cases) - 1}" if len(u.cases) > 1 else "") + ")")
+        for text, n in u.errors[:2]:
+            out.append(f"  - {n}×: {cell(text, 140)}")
+    out += _more(len(found.unstable), SHOWN["unstable"], "varied clauses")
+    if found.steady:
+        out += ["", f"Declared intermittent, never varied in {found.repeats} runs:", ""]
+        out += [f"- **{s.area}** · {cell(s.clause.rstrip('. '), 90)} — {s.verdict}" for s in found.steady[: SHOWN["steady"]]]
+        out += _more(len(found.steady), SHOWN["steady"], "steady intermittent gaps")
     return out + [""]
 
 
 def _findings(records) -> list[str]:
+    """Findings are measurements, not verdicts: counted here, the clauses with the most cases named."""
     groups = views.findings_by_clause(records)
     if not groups:
         return []
     cases = {r.nodeid for g in groups for r in g.cases}
-    out = [f"## Findings: {len(groups)} distinct, in {plural(len(cases), 'case')} (ranks and numbers folded)", "",
-           "| area | clause | cases | finding |", "|---|---|---|---|"]
-    for g in groups:
-        out.append(f"| {g.area} | {cell(g.clause, 70)} | {len(g.cases)} | {cell(g.folded.text, 160)} |")
+    clauses = sorted({(g.area, g.clause) for g in groups})
+    out = [f"## Findings: {len(groups)} distinct in {plural(len(cases), 'case')} of "
+           f"{plural(len(clauses), 'clause')}; every one in report.html", ""]
+    for g in sorted(groups, key=lambda g: -len(g.cases))[: SHOWN["findings"]]:
+        out.append(f"- {g.area} · {cell(g.clause, 60)} ({plural(len(g.cases), 'case')}): {cell(g.folded.text, 120)}")
     return out + [""]
 
 
@@ -116,37 +183,34 @@ def _skips(records) -> list[str]:
     rows = views.skips(records)
     if not rows:
         return []
-    out = ["## Skipped", "", "| cases | reason | backends |", "|---|---|---|"]
-    for reason, targets, count in rows:
-        out.append(f"| {count} | {cell(reason)} | {cell(', '.join(targets), 80)} |")
-    return out + [""]
+    total = sum(count for _, _, count in rows)
+    out = [f"## Skipped: {plural(total, 'case')}, {plural(len(rows), 'reason')}", ""]
+    for reason, targets, count in rows[: SHOWN["skips"]]:
+        out.append(f"- {count}: {cell(reason, 140)} ({cell(', '.join(targets), 60)})")
+    return out + _more(len(rows), SHOWN["skips"], "reasons") + [""]
 
 
 def _timing(records, meta: dict) -> list[str]:
-    """Where the time went: per backend/agent and area, then the ten slowest clauses."""
+    """Where the time went, in a few lines: the sum, and the slowest clauses (every area's in report.html)."""
     if not records:
         return []
     summed = sum(r.duration for r in records)
     wall = meta.get("wall_seconds")
     out = ["## Where the time went", "",
            f"Case durations add up to {summed:.1f} s" + (f" in {wall} s of wall time" if wall else "")
-           + " (with pytest-xdist workers cases overlap, so the sum can exceed the wall time).", "",
-           "| backend | area | cases | seconds | cases/s | slowest case |", "|---|---|---|---|---|---|"]
-    for t in views.durations_by_area(records):
-        out.append(f"| {t.target} | {t.area} | {t.cases} | {t.total:.1f} | {t.cases_per_s:.1f} | "
-                   f"`{views.case_id(t.slowest.nodeid)}` {t.slowest.duration:.2f} s |")
-    out += ["", "The ten slowest clauses (every parameter and backend together):", "",
-            "| seconds | cases | area | clause | slowest case |", "|---|---|---|---|---|"]
-    for c in views.slowest_clauses(records):
-        out.append(f"| {c.total:.1f} | {c.cases} | {c.area} | {cell(c.clause, 90)} (`{c.function}`) | "
-                   f"`{views.case_id(c.slowest.nodeid)}` {c.slowest.duration:.2f} s |")
+           + " (pytest-xdist workers overlap cases). The slowest clauses:", ""]
+    for c in views.slowest_clauses(records, SHOWN["slowest"]):
+        out.append(f"- {c.total:.1f} s, {plural(c.cases, 'case')}: {c.area} · {cell(c.clause, 80)} "
+                   f"(slowest `{views.case_id(c.slowest.nodeid)}` {c.slowest.duration:.2f} s)")
     return out + [""]
 
 
 def render(records, meta: dict) -> str:
-    out = _header(records, meta) + _matrix(records)
-    out += _failures(records) + _gaps(records) + _findings(records) + _skips(records) + _timing(records, meta)
-    out.append("Every case, rank texts, timings and profiling: `report.html` and `conformance.json` beside this file.")
+    out = _header(records, meta) + _verdict(records) + _matrix(records)
+    out += _failures(records) + _stability(records) + _gaps(records)
+    out += _findings(records) + _skips(records) + _timing(records, meta)
+    out.append("Every case, finding, rank text, timing and profile: `report.html` and `conformance.json` beside "
+               "this file.")
     return "\n".join(out) + "\n"
 
 

@@ -28,6 +28,11 @@ class CaseRecord:
     # torch did not wrap (fixtures/debug_level.py); the case then counts at no level it did not run at
     debug_effect: str = ""
     init: str = ""  # --init of the case's world: lazy, or eager (device_id given to init_process_group)
+    # --repeat (fixtures/repeat.py): this record's run of its case (1-based) and how many ran; 0 when not repeated
+    repeat: int = 0
+    repeats: int = 0
+    # the declared intermittent gap of the case ('' if none): a passing run has no other trace of it
+    intermittent: str = ""
     phases: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -79,6 +84,9 @@ def record_from_report(report, previous: CaseRecord | None) -> CaseRecord | None
     record.debug_effect = props.get("debug_effect", record.debug_effect)
     record.init = props.get("init", record.init)
     record.rpc_agent = props.get("rpc_agent", record.rpc_agent)
+    record.repeat = props.get("repeat", record.repeat)
+    record.repeats = props.get("repeats", record.repeats)
+    record.intermittent = props.get("intermittent", record.intermittent)
     for name, value in report.user_properties:
         if name == "finding" and value not in record.findings:
             record.findings.append(value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from . import stability as stability_view
 from .causes import cause_key
 from .folding import Folded, fold
 
@@ -112,7 +113,10 @@ class CauseGroup:
 
 
 def failures(records) -> list:
-    return sorted((r for r in records if r.outcome in BAD), key=lambda r: r.nodeid)
+    """Failing records; a repeat that passed a declared gap which showed in other repeats is a varied verdict
+    (reports/stability.py), not a failure."""
+    varied = stability_view.varied_gap_passes(records)
+    return sorted((r for r in records if r.outcome in BAD and r.nodeid not in varied), key=lambda r: r.nodeid)
 
 
 def failure_line(r) -> str:
@@ -132,12 +136,23 @@ def failures_by_cause(records) -> list[CauseGroup]:
     return sorted(groups.values(), key=lambda g: (-len(g.cases), g.key))
 
 
-def failures_by_clause(records) -> list[tuple[str, str, list]]:
-    """[(area, clause, failing records)], in area then clause order."""
-    groups: dict = defaultdict(list)
-    for r in failures(records):
-        groups[(r.area or "-", r.clause)].append(r)
-    return [(area, clause, cases) for (area, clause), cases in sorted(groups.items())]
+def failing_cases(records) -> list[tuple[str, str, str, list]]:
+    """[(area, clause, case key, every run of the case)] per failing case, the repeats of a case
+    (--repeat) folded into one entry; in area, clause and case order."""
+    failing = {stability_view.case_key(r) for r in failures(records)}
+    runs: dict = defaultdict(list)
+    for r in records:
+        key = stability_view.case_key(r)
+        if key in failing:
+            runs[key].append(r)
+    rows = [(rs[0].area or "-", rs[0].clause, key, sorted(rs, key=lambda r: r.repeat)) for key, rs in runs.items()]
+    return sorted(rows, key=lambda row: row[:3])
+
+
+# ----------------------------------------------------------------- stability
+def stability(records) -> "stability_view.StabilityView | None":
+    """--repeat: the clauses whose verdict varied, per target and world size (None for a plain run)."""
+    return stability_view.stability(records, target)
 
 
 # ---------------------------------------------------------------------- gaps

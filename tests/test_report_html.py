@@ -217,3 +217,21 @@ def test_report_html_renders_in_headless_chromium(run, tmp_path):
     # a matrix cell is a link to its cases: folded until followed, visible after a click
     assert out["caseHiddenBefore"], out
     assert out["caseAfterClick"]["visible"] and out["caseAfterClick"]["hit"], out["caseAfterClick"]
+
+
+def test_stability_section_folds_repeats_with_counts_and_links_every_run(tmp_path):
+    from tests.harness_cases.synthetic import FLAKY_CAUSE, flaky_all_gather, large_run
+
+    records = flaky_all_gather(20)
+    text = render(records, {"backends": "gloo", "repeat": 20}, out_dir=str(tmp_path), started=0.0)
+    section = text[text.index('<section id="stability">'):]
+    section = section[: section.index("</section>")]
+    assert "fails 1 of 20 times on gloo at world size 3" in section and "1 of 20" in section
+    assert html.escape(FLAKY_CAUSE, quote=True) in section or FLAKY_CAUSE in section
+    assert section.count('class="n passed"') >= 19 and section.count('class="n failed"') >= 1
+    assert '<a href="#stability">stability</a>' in text
+    # the contract view folds the 20 runs into one clause row, with their counts
+    assert "19 passed" in text and "1 failed" in text
+    # a large run renders, and every unstable clause is on the page (summary.md shows only the worst few)
+    big = render(large_run(60), {"backends": "gloo", "repeat": 3}, out_dir=str(tmp_path), started=0.0)
+    assert all(f"unstable clause {i} " in big for i in range(60))

@@ -2,6 +2,7 @@
 
 import inspect
 import json
+import re
 import xml.etree.ElementTree as ET
 from types import SimpleNamespace
 
@@ -192,10 +193,10 @@ def test_render_tabulates_backend_by_area_and_lists_findings():
     assert "| nccl | c10d | 0 | 0 | 0 | 0 | 0 | 2 |" in lines
     assert "## Failures: 2 cases, 2 causes" in lines
     assert "| 1 | Boom: a\\|b | clause b |" in lines  # pipes escaped, first line only
-    assert "  - `[gloo-ws2-3]` failed: Boom: a\\|b" in lines  # grouped under its clause
-    assert "  - `[gloo-ws2-5]` error: teardown broke" in lines
+    assert "- **c10d** · clause b `[gloo-ws2-3]` failed: Boom: a\\|b" in lines  # with its clause
+    assert "- **p2p** · clause d `[gloo-ws2-5]` error: teardown broke" in lines
     assert "| gloo | gap | 1 | gloo ws2 | E1 |" in lines  # the owner's prefix is its own column
-    assert "| 2 | backend nccl unavailable | nccl |" in lines
+    assert "- 2: backend nccl unavailable (nccl)" in lines
     assert "pytest exit status: 1" in text
     json.dumps([r.to_dict() for r in records])  # records are JSON-serialisable
 
@@ -211,3 +212,70 @@ def test_behaviour_env_keeps_what_changes_behaviour_and_hides_secrets():
         "DISTCONFORM_REFERENCE_HOST": "10.0.0.2", "GLOO_SOCKET_IFNAME": "lo", "MASTER_PORT": "29500",
         "NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL", "TORCH_HUB_TOKEN": "(set, value hidden)",
         "UCC_TLS": "tcp"}
+
+
+# ------------------------------------------------- the summary's size and the Stability section
+SUMMARY_BAR = 12 * 1024  # bytes: summary.md fits a terminal page or two however large the run
+
+
+def test_summary_stays_under_the_bar_however_many_findings_failures_gaps_and_repeats():
+    from tests.harness_cases.synthetic import large_run
+
+    for n in (40, 400):
+        records = large_run(n)
+        text = render(records, {"backends": "gloo,reference", "world_sizes": "2,3", "repeat": 3})
+        assert len(text.encode()) < SUMMARY_BAR, (n, len(text.encode()))
+        # every section is there, with its counts and the rest left to report.html
+        assert text.splitlines()[6].startswith("**Verdict: FAIL** · ")
+        # the flaky repeats fail too (2n cases); causes differing only in numbers are one cause (reports/causes.py)
+        assert re.search(rf"^## Failures: {2 * n} cases, \d+ causes$", text, re.M)
+        assert re.search(r"^… and \d+ more causes: report.html$", text, re.M)
+        assert f"… and {2 * n - 8} more failing cases: report.html" in text
+        assert re.search(rf"^## Known gaps: \d+, shown in {n} cases", text, re.M)
+        assert re.search(r"^… and \d+ more gaps: report.html$", text, re.M)
+        assert re.search(rf"^## Findings: \d+ distinct in {n} cases of {n} clauses; every one in report.html$", text, re.M)
+        assert f"## Skipped: {n} cases, {n} reasons" in text
+        assert f"## Stability: 3 runs of each of {2 * n} cases (--repeat), {n} varied, in {n} clauses" in text
+        assert f"… and {n - 6} more varied clauses: report.html" in text
+        assert "Declared intermittent, never varied in 3 runs:" in text
+        assert "— fails 1 of 3 times on reference at world size 3 (2 passed, 1 failed; `[reference-ws3]`)" in text
+
+
+def test_stability_section_names_the_clause_backend_world_size_counts_and_errors():
+    from tests.harness_cases.synthetic import FLAKY_CAUSE, flaky_all_gather, repeated
+
+    records = flaky_all_gather(20) + repeated("suites/c10d/test_x.py::test_steady", "gloo-ws2", ["passed"] * 20)
+    text = render(records, {"backends": "gloo", "repeat": 20})
+    section = text.split("## Stability")[1].split("\n## ")[0]
+    assert section.startswith(": 20 runs of each of 2 cases (--repeat), 1 varied, in 1 clause")
+    assert ("all_gather into a list: entry i on every rank is rank i's tensor — fails 1 of 20 times on gloo at world "
+            "size 3 (19 passed, 1 failed; `[gloo-ws3-float32]`)") in section
+    assert f"  - 1×: {FLAKY_CAUSE}" in section
+    # the failure itself is one line for the case, its repeats folded
+    assert "`[gloo-ws3-float32]` failed in 1 of 20 runs: " + FLAKY_CAUSE in text
+    assert text.splitlines()[6] == ("**Verdict: FAIL** · 1 case failed (1 cause); 1 clause varied over 20 runs")
+
+
+def test_a_gap_that_shows_in_some_repeats_is_stability_not_failure():
+    from tests.harness_cases.synthetic import repeated
+
+    reason = "gloo: gloo has no PREMUL_SUM"
+    records = repeated("suites/c10d/test_all_reduce.py::test_premul", "gloo-ws2", ["xfailed", "xpassed", "xfailed"],
+                       reason=reason, cause="RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo")
+    text = render(records, {"backends": "gloo", "repeat": 3})
+    assert "## Failures" not in text and text.splitlines()[6].startswith("**Verdict: PASS** · 1 clause varied")
+    assert "its declared gap shows 2 of 3 times on gloo at world size 2 and passes the others" in text
+    # a gap passed in every repeat closed: a failure, as a strict xfail's pass always is
+    closed = repeated("suites/c10d/test_all_reduce.py::test_premul", "gloo-ws2", ["xpassed"] * 3, reason=reason)
+    text = render(closed, {"backends": "gloo", "repeat": 3})
+    assert "## Failures: 3 cases, 1 cause" in text and "passed although a gap is declared" in text
+
+
+def test_a_plain_run_has_no_stability_section_and_its_ids_stay():
+    from reports.stability import case_key
+    from tests.harness_cases.synthetic import record
+
+    plain = [record("suites/c10d/test_a.py::test_a[gloo-ws2-float32]", "passed")]
+    text = render(plain, {"backends": "gloo"})
+    assert "Stability" not in text and text.splitlines()[6] == "**Verdict: PASS** · every case that ran held the contract"
+    assert case_key(plain[0]) == plain[0].nodeid
