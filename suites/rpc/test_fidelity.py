@@ -59,17 +59,6 @@ REFUSED_BUILTINS = {"torch.is_tensor": (torch.is_tensor, (torch.ones(1),)),
 NO_SCHEMA = "Overloaded torch operator invoked from Python failed to match any schema:"
 
 
-def layout_samples(n: int) -> dict[str, torch.Tensor]:
-    """Non-row-major tensors, each with its values offset by ``n`` (so caller and callee send different ones)."""
-    base = torch.arange(24.0) + n
-    return {
-        "transpose": (torch.ones(2, 3) + n).t(),
-        "permute": base.view(2, 3, 4).permute(2, 0, 1),
-        "channels_last": base.view(1, 2, 3, 4).contiguous(memory_format=torch.channels_last),
-        "expand": (torch.arange(3.0) + n).expand(2, 3),
-    }
-
-
 # ---------------------------------------------------------------- rank side
 def call_builtins() -> dict:
     rpc = lifecycle.rpc()
@@ -93,7 +82,7 @@ def multiline_error():
 
 def strides_over_rpc():
     rpc = lifecycle.rpc()
-    samples = layout_samples(ctx.rank)
+    samples = udfs.layout_samples(ctx.rank)
     arrived = rpc.rpc_sync(peer_name(), udfs.strides_of, args=(list(samples.values()),))
     returned = rpc.rpc_sync(peer_name(), udfs.layouts, args=(ctx.rank,))
     return (dict(zip(samples, arrived)),
@@ -135,12 +124,12 @@ def test_parameter_keeps_its_class(rpc_agent):
 
 def test_strides_survive_rpc(rpc_agent):
     """A transposed, permuted, channels_last or expanded tensor arrives with its strides, as argument and as result."""
-    want = {name: tuple(t.stride()) for name, t in layout_samples(0).items()}
+    want = {name: tuple(t.stride()) for name, t in udfs.layout_samples(0).items()}
     for rank, (arrived, returned) in enumerate(rpc_agent.run(strides_over_rpc)):
         assert arrived == want, f"rank {rank}: the callee received strides {arrived}, the caller sent {want}"
         for name, (strides, tensor) in returned.items():
             assert strides == want[name], f"rank {rank}: returned {name} has strides {strides}, sent {want[name]}"
-            assert torch.equal(tensor, layout_samples(rank)[name]), f"rank {rank}: returned {name} is {tensor}"
+            assert torch.equal(tensor, udfs.layout_samples(rank)[name]), f"rank {rank}: returned {name} is {tensor}"
 
 
 def test_remote_error_text_is_decoded_as_torch_decodes_it(rpc_agent):

@@ -174,9 +174,19 @@ def strides_of(tensors: list) -> list[tuple[int, ...]]:
     return [tuple(t.stride()) for t in tensors]
 
 
-def layouts(n: int) -> list:
-    """Tensors whose memory is not in row-major order (``n`` varies the values); see test_fidelity.LAYOUTS."""
-    from suites.rpc.test_fidelity import layout_samples
+def layout_samples(n: int) -> dict[str, torch.Tensor]:
+    """Non-row-major tensors, each with its values offset by ``n`` (so caller and callee send different ones)."""
+    base = torch.arange(24.0) + n
+    return {
+        "transpose": (torch.ones(2, 3) + n).t(),
+        "permute": base.view(2, 3, 4).permute(2, 0, 1),
+        "channels_last": base.view(1, 2, 3, 4).contiguous(memory_format=torch.channels_last),
+        "expand": (torch.arange(3.0) + n).expand(2, 3),
+    }
+
+
+def layouts(n: int) -> dict[str, torch.Tensor]:
+    """On the callee: its own ``layout_samples(n)`` (suites/rpc/test_fidelity.py's strides clause)."""
     return layout_samples(n)
 
 
