@@ -125,7 +125,7 @@ def test_findings_are_one_line_per_clause_and_distinct_finding():
                for i in range(5)]
     groups = views.findings_by_clause(records)
     assert [(g.folded.text, len(g.cases)) for g in groups] == [("ranks 0, 1 raised after 0.50–0.54 s: Timeout", 5)]
-    assert "| c10d | clause a | 5 | ranks 0, 1 raised after 0.50–0.54 s: Timeout |" in render(records, {})
+    assert "- c10d · clause a (5 cases): ranks 0, 1 raised after 0.50–0.54 s: Timeout" in render(records, {})
 
 
 def test_gaps_declared_by_several_owners_are_one_line():

@@ -49,12 +49,15 @@ def test_bad_label_is_a_usage_error(capsys):
     assert "expected LABEL=VALUE" in capsys.readouterr().err
 
 
-def test_summary_shows_time_per_backend_and_area_and_slowest_clauses():
+def test_summary_shows_the_slowest_clauses_and_report_html_the_time_per_backend_and_area():
+    """summary.md keeps the few slowest clauses (issue 33: a summary that fits a terminal); the table per
+    backend and area is report.html's (views.durations_by_area)."""
     records = [CaseRecord.from_dict(c) for c in CASES]
     clauses = views.slowest_clauses(records)
     assert [c.function for c in clauses] == ["suites/rpc/test_t.py::test_waits", "suites/c10d/test_a.py::test_fast"]
     assert clauses[0].total == 6.0 and clauses[0].cases == 2
     text = markdown.render(records, {"wall_seconds": 3.5})
     assert "## Where the time went" in text and "add up to 7.0 s in 3.5 s of wall time" in text
-    assert "| gloo · rpc tensorpipe | rpc | 1 | 4.0 | 0.2 |" in text
-    assert "| 6.0 | 2 | rpc | clause of suites/rpc/test_t.py::test_waits" in text
+    assert "- 6.0 s, 2 cases: rpc · clause of suites/rpc/test_t.py::test_waits" in text
+    by_area = {(t.target, t.area): (t.cases, t.total) for t in views.durations_by_area(records)}
+    assert by_area[("gloo · rpc tensorpipe", "rpc")] == (1, 4.0)
