@@ -33,7 +33,7 @@ import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from suites.stress.suite_speed import Measured, run_suite
+from suites.stress.suite_speed import Measured, run_suite, split_pytest_args
 
 FAILING = frozenset({"failed", "error"})
 
@@ -104,11 +104,7 @@ def render(runs: list[Measured], summary: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1:]
+    argv, extra = split_pytest_args(argv)
     parser = argparse.ArgumentParser(prog="python -m suites.stress.false_failures",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="how many default runs, one after the other")

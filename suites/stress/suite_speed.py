@@ -111,12 +111,17 @@ def slowest(m: Measured, n: int = 10) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def split_pytest_args(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """(this command's arguments, the pytest arguments after ``--``) of ``argv`` (default: sys.argv)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1:]
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, extra = split_pytest_args(argv)
     parser = argparse.ArgumentParser(prog="python -m suites.stress.suite_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--run", action="append", default=[], metavar="LABEL=ARGS",
                         type=lambda t: labelled(t, "--run"),
