@@ -115,9 +115,7 @@ def load_document(path: str, written_by: str = "a distconform benchmark") -> dic
             data = json.load(fh)
     except OSError as exc:
         raise RecordError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"{path} is not JSON: {exc}") from None
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # json.JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
         raise RecordError(f"{path} is not JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
         raise RecordError(f"{path} has no list of records (expected a file written by {written_by})")
