@@ -23,6 +23,7 @@ from suites.stress import metrics
 from suites.stress.collectives import COLUMNS, HEADLINE_TARGETS
 from suites.stress.rank_bench import expected_output, fill_modulus, rank_input
 from suites.stress.records import CollectiveRow, RecordError, read_collectives
+from reports.benchmarks import COLLECTIVE_COLUMNS
 from tests.test_report_benchmarks import JSONISH
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -273,6 +274,7 @@ def test_collective_rows_round_trip_through_the_files_json(row):
     assert list(data) == ["backend", "world_size", "collective", "size", "count", "type", "redop", "root", "time_us",
                           "p50_us", "p99_us", "algbw", "busbw", "bus_factor", "#wrong", "iters", "warmup", "wall_s"]
     assert data["time_us"] == data["p50_us"] and CollectiveRow.from_json(data) == row
+    assert {key for _, key in COLLECTIVE_COLUMNS} <= set(data)  # reports/benchmarks.py's CSV reads these keys
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -17,6 +17,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from reports.benchmarks import RPC_COLUMNS
 from suites.stress import rpc as rpc_stress
 from suites.stress.records import (Baseline, BaselineRecord, RecordError, RepeatFigures, RpcKey, RpcProfile,
                                    RpcRecord, read_stress)
@@ -370,6 +371,7 @@ def test_rpc_records_round_trip_through_the_files_json(record):
     assert ("steps_per_s" in data) == (record.key.benchmark == "train")
     assert ("profile" in data) == ("overhead" in data) == record.key.profiled
     assert all(field in data for field in REQUIRED + ("repeats", "wall_s", "x_tensorpipe"))
+    assert {key for _, key in RPC_COLUMNS} <= set(data)  # reports/benchmarks.py's CSV reads these keys
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -55,7 +55,7 @@ def _list_of(check: Check) -> Check:
     return lambda value: isinstance(value, list) and all(check(item) for item in value)
 
 
-EXPECTED = {_is_int: "an integer", _is_number: "a number", _is_str: "a string", _is_bool: "true or false"}
+EXPECTED: dict[Check, str] = {_is_int: "an integer", _is_number: "a number", _is_str: "a string", _is_bool: "true or false"}
 
 
 def _show(value: Any) -> str:

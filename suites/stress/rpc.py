@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     run_until_interrupted(bench.run, registry)
     records = with_ratios(bench.records)
     heads = headline(records, args, bench.unavailable)
-    regressions, missing = ([], [])
+    regressions: list[dict] = []
+    missing: list[dict] = []
     if args.baseline_data is not None:
         regressions, missing = check_regressions(records, args.baseline_data, args.max_regression)
     wrong_total = sum(r.wrong for r in records)

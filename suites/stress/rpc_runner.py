@@ -33,7 +33,7 @@ class RpcBench:
         self.unavailable: list[dict] = []
         self._init_dir = tempfile.mkdtemp(prefix="distconform-rpc-stress-")
         self._starts = 0
-        self._started = weakref.WeakKeyDictionary()  # World -> agents started in its processes
+        self._started: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # World -> agents started in its processes
         self.progress = Progress(0, enabled=False)  # run() makes the real one (a terminal only)
 
     # -------------------------------------------------------------- errors

@@ -98,10 +98,11 @@ def print_profile_table(records: list[RpcRecord]) -> None:
             if (r.key.benchmark, r.key.mode) != (benchmark, mode):
                 continue
             p = plain.get(_unprofiled(r))
+            before = (p.rpcs_per_s, p.seconds, p.p50_us) if p else (None, None, None)
             events, remote = (r.profile.events, r.profile.remote_events) if r.profile else (None, None)
-            say(_line((r.key.agent, r.key.backend, r.key.world_size, fmt(p and p.rpcs_per_s, 0),
-                       fmt(r.rpcs_per_s, 0), fmt(p and p.seconds, 3), f"{r.seconds:.3f}",
-                       fmt(r.overhead, 2), fmt(p and p.p50_us), fmt(r.p50_us), events, remote), PROFILE_TABLE))
+            say(_line((r.key.agent, r.key.backend, r.key.world_size, fmt(before[0], 0),
+                       fmt(r.rpcs_per_s, 0), fmt(before[1], 3), f"{r.seconds:.3f}",
+                       fmt(r.overhead, 2), fmt(before[2]), fmt(r.p50_us), events, remote), PROFILE_TABLE))
             if p:  # per rank, as seed 001's before/after ("Rank N finished testing 1000 times in X seconds")
                 say(f"#{'':>12}  per-rank seconds before {_per_rank(p)} | after {_per_rank(r)}")
 

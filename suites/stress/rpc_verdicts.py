@@ -93,7 +93,7 @@ def check_regressions(records: list[RpcRecord], baseline: Baseline,
             why = "not in the baseline" if b is None else f"baseline has {b.calls} calls, this run {r.calls}"
             missing.append(dict(r.key.to_json(), why=why))
             continue
-        found = []
+        found: list[tuple[str, float, float, str]] = []
         if r.rpcs_per_s is not None and b.rpcs_per_s:
             change = 100.0 * (b.rpcs_per_s - r.rpcs_per_s) / b.rpcs_per_s
             if change > max_pct:
