@@ -290,11 +290,17 @@ def test_reading_a_file_that_is_not_a_collectives_json_is_a_record_error(tmp_pat
     except RecordError as exc:
         assert str(path) in str(exc)
     data = row.to_json()
-    key = list(data)[which]
+    check_refused_key(path, read_collectives, data, list(data)[which], mutate)
+
+
+def check_refused_key(path, reader, data: dict, key: str, mutate: str) -> None:
+    """A real record's JSON ``data`` with ``key`` dropped or given a wrong type: ``reader`` refuses the file
+    naming the record and the key (also used by tests/test_stress_rpc.py)."""
+    data = dict(data)
     if mutate == "drop":
         del data[key]
     else:
         data[key] = "text" if not isinstance(data[key], str) else 1
     path.write_text(json.dumps({"records": [data]}))
     with pytest.raises(RecordError, match=f"record 0.*'{key}'"):
-        read_collectives(str(path))
+        reader(str(path))
