@@ -15,6 +15,10 @@ From ``stress.json`` (python -m suites.stress.rpc):
 The CSV files have one header row, plain numbers (no units in cells; units are in the
 column names) and empty cells for missing values: they load unchanged into a spreadsheet
 and ``pandas.read_csv``. Plots use matplotlib (the Agg backend: no display needed).
+The records are read as plain dicts by their JSON keys: reports/ imports nothing of the project
+(docs/architecture.md, the layers), and a report must survive a hand-edited file; the benchmarks
+write those keys from their typed rows (suites/stress/records.py, whose tests check that every
+key of the two column tables below is written).
 report.html embeds all of this when the JSON files are in its folder; a benchmark that
 writes into the folder of a conformance run re-renders its report.html afterwards
 (reports/html_report.py:refresh_report; this module knows nothing of the page).

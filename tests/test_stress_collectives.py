@@ -16,11 +16,15 @@ import sys
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from backends.reference import semantics
 from suites.stress import metrics
 from suites.stress.collectives import COLUMNS, HEADLINE_TARGETS
 from suites.stress.rank_bench import expected_output, fill_modulus, rank_input
+from suites.stress.records import CollectiveRow, RecordError, read_collectives
+from reports.benchmarks import COLLECTIVE_COLUMNS
+from tests.test_report_benchmarks import JSONISH
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI_TIMEOUT_S = 180
@@ -163,6 +167,8 @@ def test_cli_smoke_gloo(tmp_path):
                            "--iters", "3")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = report["records"]
+    rows = read_collectives(str(tmp_path / "report" / "collectives.json"))
+    assert [r.to_json() for r in rows] == records  # the typed rows write the file's keys and values back
     collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"}
     assert {r["collective"] for r in records} == collectives
     assert len(records) == 5 * 6  # 8, 32, 128, 512, 2K, 4K
@@ -196,9 +202,9 @@ def test_cli_smoke_gloo(tmp_path):
     # process fewer than a run of their own (tests/test_report_benchmarks.py checks their content)
     assert "also written: collectives.csv, collectives_busbw.png" in proc.stdout
     with open(tmp_path / "report" / "collectives.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert len(rows) == len(records) and {r["collective"] for r in rows} == collectives
-    assert all(r["wrong"] == "0" for r in rows)
+        cells = list(csv.DictReader(fh))
+    assert len(cells) == len(records) and {r["collective"] for r in cells} == collectives
+    assert all(r["wrong"] == "0" for r in cells)
     assert (tmp_path / "report" / "collectives_time.svg").exists()
 
 
@@ -247,3 +253,54 @@ def test_the_next_rows_time_is_extrapolated_only_within_a_bounded_step():
     assert extrapolated_seconds((1 << 20, 0.01), 1 << 19) == 0.01  # never less than the last row
     assert extrapolated_seconds((8, 36e-6), 8 * MAX_EXTRAPOLATION) == 36e-6 * MAX_EXTRAPOLATION
     assert extrapolated_seconds((8, 36e-6), 64 << 20) == 0.0
+
+
+# ------------------------------------------------------------------ the rows' JSON
+NUMBER = st.floats(allow_nan=False, min_value=0) | st.integers(0, 10 ** 9)
+ROWS = st.builds(CollectiveRow, backend=st.sampled_from(["gloo", "reference"]), world_size=st.integers(1, 8),
+                 collective=st.sampled_from(["all_reduce", "broadcast"]), size=st.integers(1, 1 << 30),
+                 count=st.integers(1, 1 << 28), dtype=st.sampled_from(["float32", "int8"]),
+                 redop=st.sampled_from(["sum", "none"]), root=st.sampled_from([0, -1]), p50_us=NUMBER, p99_us=NUMBER,
+                 algbw=NUMBER, busbw=NUMBER, bus_factor=NUMBER, wrong=st.integers(0, 99), iters=st.integers(1, 100),
+                 warmup=st.integers(1, 5), wall_s=NUMBER)
+
+
+@settings(max_examples=60, deadline=None)
+@given(row=ROWS)
+def test_collective_rows_round_trip_through_the_files_json(row):
+    """to_json writes collectives.json's keys, in its order (time_us and p50_us both the p50; "#wrong"; "type"),
+    and from_json reads them back to the same row."""
+    data = json.loads(json.dumps(row.to_json()))
+    assert list(data) == ["backend", "world_size", "collective", "size", "count", "type", "redop", "root", "time_us",
+                          "p50_us", "p99_us", "algbw", "busbw", "bus_factor", "#wrong", "iters", "warmup", "wall_s"]
+    assert data["time_us"] == data["p50_us"] and CollectiveRow.from_json(data) == row
+    assert {key for _, key in COLLECTIVE_COLUMNS} <= set(data)  # reports/benchmarks.py's CSV reads these keys
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(document=st.one_of(st.binary(max_size=40), st.builds(lambda d: json.dumps(d).encode(), JSONISH)),
+       row=ROWS, which=st.integers(0, 17), mutate=st.sampled_from(["drop", "retype"]))
+def test_reading_a_file_that_is_not_a_collectives_json_is_a_record_error(tmp_path, document, row, which, mutate):
+    """Any bytes: read_collectives returns rows or raises RecordError naming the file; a real row with one key
+    dropped or given a wrong type names that key."""
+    path = tmp_path / "collectives.json"
+    path.write_bytes(document)
+    try:
+        read_collectives(str(path))
+    except RecordError as exc:
+        assert str(path) in str(exc)
+    data = row.to_json()
+    check_refused_key(path, read_collectives, data, list(data)[which], mutate)
+
+
+def check_refused_key(path, reader, data: dict, key: str, mutate: str) -> None:
+    """A real record's JSON ``data`` with ``key`` dropped or given a wrong type: ``reader`` refuses the file
+    naming the record and the key (also used by tests/test_stress_rpc.py)."""
+    data = dict(data)
+    if mutate == "drop":
+        del data[key]
+    else:
+        data[key] = "text" if not isinstance(data[key], str) else 1
+    path.write_text(json.dumps({"records": [data]}))
+    with pytest.raises(RecordError, match=f"record 0.*'{key}'"):
+        reader(str(path))

@@ -1,4 +1,4 @@
-"""The RPC stress benchmark (suites/stress/rpc.py): its records, regression check and
+"""The RPC stress benchmark (suites/stress/rpc.py and its rpc_* modules): its records, regression check and
 headline arithmetic, and the CLI end to end on TensorPipe with tiny call counts: one
 run in a subprocess, as a user runs it, the others through main() in this process
 (a fresh interpreter spends seconds importing torch on a loaded machine).
@@ -10,15 +10,22 @@ a wrong answer, a regressed figure and bad options.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
+from reports.benchmarks import RPC_COLUMNS
 from suites.stress import rpc as rpc_stress
-from suites.stress.rpc import TARGETS, check_regressions, headline, load_baseline, make_record, parse_args
-from tests.test_stress_collectives import run_benchmark
+from suites.stress.records import (Baseline, BaselineRecord, RecordError, RepeatFigures, RpcKey, RpcProfile,
+                                   RpcRecord, read_stress)
+from suites.stress.rpc_figures import best_of, make_record, with_ratios
+from suites.stress.rpc_options import UsageError, load_baseline, parse_args, plan
+from suites.stress.rpc_verdicts import TARGETS, check_regressions, headline
+from tests.test_report_benchmarks import JSONISH
+from tests.test_stress_collectives import check_refused_key, run_benchmark
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINE = os.path.join(REPO_ROOT, "suites", "stress", "baselines", "rpc.json")
@@ -35,43 +42,52 @@ def _result(rank, seconds, samples_us=None, wrong=0):
             "profile": None}
 
 
-def _key(agent="tensorpipe", benchmark="light", mode="sync", profiled=False, backend="gloo"):
-    return {"agent": agent, "backend": backend, "world_size": 2, "benchmark": benchmark, "mode": mode,
-            "profiled": profiled}
+def _key(agent="tensorpipe", benchmark="light", mode="sync", profiled=False, backend="gloo") -> RpcKey:
+    return RpcKey(agent, backend, 2, benchmark, mode, profiled)
+
+
+def _record(key: RpcKey, calls: int = 1000, rpcs: float = 1000.0, p50: float | None = 100.0) -> RpcRecord:
+    p50 = p50 if key.mode != "async" else None
+    return RpcRecord(key=key, calls=calls, warmup=2, rpcs_per_s=rpcs, p50_us=p50,
+                     p99_us=None if p50 is None else 2 * p50, seconds=calls / rpcs, per_rank_rpcs_per_s=(rpcs,),
+                     per_rank_seconds=(calls / rpcs,), per_rank_p50_us=None, per_rank_p99_us=None, wrong=0)
+
+
+def _baseline(records: list[RpcRecord]) -> Baseline:
+    return Baseline("b.json", "", {}, tuple(BaselineRecord(r.key, r.calls, r.rpcs_per_s, r.p50_us) for r in records))
 
 
 def test_record_takes_the_slowest_rank():
     """rpcs_per_s is calls over the slowest rank's time; p50/p99 the worst rank's percentiles."""
     results = [_result(0, 0.002, [10, 20, 30, 400], wrong=1), _result(1, 0.004, [50, 60, 70, 80])]
     r = make_record(_key(), 4, results)
-    assert r["seconds"] == 0.004 and r["rpcs_per_s"] == pytest.approx(1000.0)
-    assert r["per_rank_rpcs_per_s"] == pytest.approx([2000.0, 1000.0])
-    assert r["p50_us"] == pytest.approx(60.0)  # rank 1's p50 (nearest rank: 2nd of 4)
-    assert r["p99_us"] == pytest.approx(400.0)  # rank 0's p99
-    assert r["per_rank_p50_us"] == pytest.approx([20.0, 60.0])
-    assert r["wrong"] == 1
+    assert r.seconds == 0.004 and r.rpcs_per_s == pytest.approx(1000.0)
+    assert list(r.per_rank_rpcs_per_s) == pytest.approx([2000.0, 1000.0])
+    assert r.p50_us == pytest.approx(60.0)  # rank 1's p50 (nearest rank: 2nd of 4)
+    assert r.p99_us == pytest.approx(400.0)  # rank 0's p99
+    assert list(r.per_rank_p50_us) == pytest.approx([20.0, 60.0])
+    assert r.wrong == 1
     burst = make_record(_key(mode="async"), 4, [_result(0, 0.001), _result(1, 0.002)])
-    assert burst["p50_us"] is None and burst["p99_us"] is None and burst["rpcs_per_s"] == pytest.approx(2000.0)
+    assert burst.p50_us is None and burst.p99_us is None and burst.rpcs_per_s == pytest.approx(2000.0)
     for field in REQUIRED:
-        assert field in r and field in burst
+        assert field in r.to_json() and field in burst.to_json()
 
 
 def test_best_of_repeats_is_the_fastest_run_and_counts_every_wrong_answer():
     runs = [[_result(0, 0.004, [10, 20, 30, 40]), _result(1, 0.003, [10, 20, 30, 40], wrong=2)],
             [_result(0, 0.002, [90, 90, 90, 90]), _result(1, 0.001, [5, 5, 5, 5], wrong=1)]]
-    r = rpc_stress.best_of(_key(), 4, runs)
-    assert r["seconds"] == 0.002 and r["p50_us"] == pytest.approx(90.0)  # the fastest run, all its figures
-    assert [x["seconds"] for x in r["repeats"]] == [0.004, 0.002]
-    assert r["wrong"] == 3
+    r = best_of(_key(), 4, runs)
+    assert r.seconds == 0.002 and r.p50_us == pytest.approx(90.0)  # the fastest run, all its figures
+    assert [x.seconds for x in r.repeats] == [0.004, 0.002]
+    assert r.wrong == 3
 
 
 def _records(rpcs=1000.0, p50=100.0):
-    return [dict(_key(), calls=1000, rpcs_per_s=rpcs, p50_us=p50, p99_us=2 * p50, seconds=1000 / rpcs),
-            dict(_key(mode="async"), calls=1000, rpcs_per_s=rpcs, p50_us=None, p99_us=None, seconds=1000 / rpcs)]
+    return [_record(_key(), rpcs=rpcs, p50=p50), _record(_key(mode="async"), rpcs=rpcs)]
 
 
 def test_equal_figures_do_not_regress():
-    regressions, missing = check_regressions(_records(), {"records": _records()}, 0.0)
+    regressions, missing = check_regressions(_records(), _baseline(_records()), 0.0)
     assert regressions == [] and missing == []
 
 
@@ -82,16 +98,16 @@ def test_equal_figures_do_not_regress():
     (1000.0, 119.0, set()),
 ])
 def test_regression_is_more_than_max_percent_worse(rpcs, p50, metrics):
-    regressions, _ = check_regressions(_records(rpcs, p50), {"records": _records()}, 20.0)
+    regressions, _ = check_regressions(_records(rpcs, p50), _baseline(_records()), 20.0)
     assert {g["metric"] for g in regressions} == metrics
     for g in regressions:
         assert g["agent"] == "tensorpipe" and g["max_regression_pct"] == 20.0
 
 
 def test_records_missing_from_the_baseline_are_listed_not_failed():
-    baseline = {"records": _records()[:1]}
-    other_calls = copy.deepcopy(_records())
-    other_calls[0]["calls"] = 50
+    baseline = _baseline(_records()[:1])
+    other_calls = _records()
+    other_calls[0] = dataclasses.replace(other_calls[0], calls=50)
     regressions, missing = check_regressions(other_calls, baseline, 20.0)
     assert regressions == []
     assert [m["why"] for m in missing] == ["baseline has 1000 calls, this run 50", "not in the baseline"]
@@ -102,15 +118,16 @@ def test_train_record_times_the_trainers_only():
     server = dict(_result(0, 0.0, wrong=1), timed=False)
     trainers = [dict(_result(r, seconds, [1000, 2000, 3000, 4000]), timed=True) for r, seconds in ((1, 0.5), (2, 0.4))]
     r = make_record(_key(benchmark="train", mode="step"), 4, [server] + trainers)
-    assert r["seconds"] == 0.5 and r["rpcs_per_s"] == r["steps_per_s"] == pytest.approx(8.0)
-    assert r["per_rank_rpcs_per_s"] == pytest.approx([8.0, 10.0]) and r["p50_us"] == pytest.approx(2000.0)
-    assert r["wrong"] == 1
+    assert r.seconds == 0.5 and r.rpcs_per_s == r.steps_per_s == pytest.approx(8.0)
+    assert r.to_json()["steps_per_s"] == r.rpcs_per_s  # the JSON keeps the train benchmark's own name
+    assert list(r.per_rank_rpcs_per_s) == pytest.approx([8.0, 10.0]) and r.p50_us == pytest.approx(2000.0)
+    assert r.wrong == 1
 
 
 def test_train_runs_once_in_its_own_mode():
     """--benchmarks train adds one (train, step) measurement whatever --modes says; it cannot be profiled."""
     args = parse_args(["--benchmarks", "light,train", "--modes", "sync", "--profile"])
-    assert rpc_stress.plan(args) == [("light", "sync", False), ("light", "sync", True), ("train", "step", False)]
+    assert plan(args) == [("light", "sync", False), ("light", "sync", True), ("train", "step", False)]
     assert any(t.benchmark == "train" and t.agent == "reference-tp" and t.bound == 1.0 for t in TARGETS)
 
 
@@ -121,32 +138,29 @@ def test_headline_targets():
     for agent, rpcs, p50 in (("tensorpipe", 1000.0, 200.0), ("reference-tp", 2000.0, 50.0),
                              ("reference-pg", 400.0, 300.0)):
         for mode in ("async", "sync"):
-            records.append(dict(_key(agent, mode=mode), calls=1000, rpcs_per_s=rpcs,
-                                p50_us=p50 if mode == "sync" else None, seconds=1.0))
-    rpc_stress.add_ratios(records)
+            records.append(_record(_key(agent, mode=mode), rpcs=rpcs, p50=p50))
+    records = with_ratios(records)
     status = {h["target"]: (h["status"], h["value"]) for h in headline(records, args, [])}
     assert len(status) == len(TARGETS)
     assert status["reference-tp light async rpcs_per_s >= 1.5x tensorpipe"] == ("PASS", pytest.approx(2.0))
     assert status["reference-tp light sync p50_us <= 60 us"] == ("PASS", pytest.approx(50.0))
     assert status["reference-pg over gloo light sync rpcs_per_s >= 0.5x tensorpipe"] == ("MISS", pytest.approx(0.4))
-    only_tp = headline([r for r in records if r["agent"] == "tensorpipe"], args,
+    only_tp = headline([r for r in records if r.key.agent == "tensorpipe"], args,
                        [{"agent": "reference-tp", "reason": "not built"}])
     assert only_tp[0]["status"] == "NOT MEASURED" and "reference-tp unavailable: not built" in only_tp[0]["why"]
 
 
 def test_stored_baseline_is_loadable_and_says_how_it_was_made():
     data = load_baseline(BASELINE)
-    assert data["command"].startswith("python -m suites.stress.rpc")
-    assert data["host"]["cpus"] and "load_average" in data["host"]
-    keys = {(r["agent"], r["backend"], r["world_size"], r["benchmark"], r["mode"], r["profiled"])
-            for r in data["records"]}
-    expected = {(agent, "gloo", 4, benchmark, mode, profiled)
+    assert data.command.startswith("python -m suites.stress.rpc")
+    assert data.host["cpus"] and "load_average" in data.host
+    expected = {RpcKey(agent, "gloo", 4, benchmark, mode, profiled)
                 for agent in ("tensorpipe", "reference-pg", "reference-tp")
-                for benchmark, mode, profiled in rpc_stress.plan(parse_args(["--profile"]))}
-    assert keys == expected  # the default run, with --profile, on every agent
-    for r in data["records"]:
+                for benchmark, mode, profiled in plan(parse_args(["--profile"]))}
+    assert {r.key for r in data.records} == expected  # the default run, with --profile, on every agent
+    for r in read_stress(BASELINE):  # every record whole, as the typed reader reads a stress.json
         for field in REQUIRED:
-            assert field in r
+            assert field in r.to_json()
 
 
 # ------------------------------------------------------------------ CLI
@@ -171,8 +185,8 @@ def _why(proc) -> str:
 def _easy_baseline() -> dict:
     """Every record of the profiled run below, 1000x slower than any machine: nothing can regress."""
     records = []
-    for benchmark, mode, profiled in rpc_stress.plan(parse_args(["--profile"])):
-        key = dict(_key(benchmark=benchmark, mode=mode, profiled=profiled))
+    for benchmark, mode, profiled in plan(parse_args(["--profile"])):
+        key = _key(benchmark=benchmark, mode=mode, profiled=profiled).to_json()
         records.append(dict(key, calls={"light": 40, "heavy": 4, "train": 3}[benchmark], rpcs_per_s=0.01,
                             p50_us=1e9 if mode in ("sync", "step") else None))
     return {"records": records}
@@ -238,9 +252,11 @@ def test_cli_passes_a_baseline_it_meets_and_writes_one_equal_to_its_report(profi
     assert report["regressions"] == [] and report["not_in_baseline"] == []
     assert "no regressions" in proc.stdout
     data = load_baseline(str(written))
-    assert data["command"].startswith("python -m suites.stress.rpc --report-dir")
-    assert data["host"]["cpus"] and data["records"] == report["records"]
-    assert check_regressions(report["records"], data, 0.0) == ([], [])  # an equal baseline passes
+    assert data.command.startswith("python -m suites.stress.rpc --report-dir")
+    assert data.host["cpus"] and json.loads(written.read_text())["records"] == report["records"]
+    records = read_stress(str(written))
+    assert [r.to_json() for r in records] == report["records"]  # the typed records write the file's keys back
+    assert check_regressions(records, data, 0.0) == ([], [])  # an equal baseline passes
 
 
 def test_cli_fails_on_a_regressed_figure(profiled_run, tmp_path, capsys):
@@ -316,3 +332,65 @@ def test_unknown_backend_and_bad_baseline_are_usage_errors(tmp_path, capsys):
     bad.write_text(json.dumps({"records": [{"agent": "tensorpipe"}]}))
     proc, _ = run_cli(tmp_path, "--baseline", str(bad), timeout=60)
     assert proc.returncode == 2 and "a record lacks backend" in proc.stderr
+    bad.write_text(json.dumps({"records": [dict(_key().to_json(), calls="many", rpcs_per_s=1.0, p50_us=None)]}))
+    with pytest.raises(UsageError, match="'calls' is \"many\", expected an integer"):
+        load_baseline(str(bad))
+
+
+# ------------------------------------------------------------------ the records' JSON
+NUMBER = st.floats(allow_nan=False, min_value=0, max_value=1e9) | st.integers(0, 10 ** 6)
+KEYS = st.builds(RpcKey, st.sampled_from(["tensorpipe", "reference-tp"]), st.just("gloo"), st.integers(2, 8),
+                 st.sampled_from(["light", "heavy", "train"]), st.sampled_from(["async", "sync", "step"]), st.booleans())
+FIGURES = st.builds(RepeatFigures, NUMBER | st.none(), NUMBER | st.none(), NUMBER | st.none(), NUMBER)
+
+
+@st.composite
+def rpc_records(draw):
+    key = draw(KEYS)
+    ranks = draw(st.integers(1, 3))
+    per_rank = st.tuples(*[NUMBER] * ranks)
+    return RpcRecord(
+        key=key, calls=draw(st.integers(1, 10 ** 4)), warmup=draw(st.integers(0, 50)), rpcs_per_s=draw(NUMBER | st.none()),
+        p50_us=draw(NUMBER | st.none()), p99_us=draw(NUMBER | st.none()), seconds=draw(NUMBER),
+        per_rank_rpcs_per_s=draw(st.tuples(*[NUMBER | st.none()] * ranks)), per_rank_seconds=draw(per_rank),
+        per_rank_p50_us=draw(per_rank | st.none()), per_rank_p99_us=draw(per_rank | st.none()),
+        wrong=draw(st.integers(0, 100)),
+        profile=draw(st.builds(RpcProfile, st.integers(0, 99), st.integers(0, 99), st.integers(0, 99), NUMBER))
+        if key.profiled else None,
+        repeats=tuple(draw(st.lists(FIGURES, max_size=2))), wall_s=draw(NUMBER | st.none()),
+        x_tensorpipe=draw(NUMBER | st.none()), overhead=draw(NUMBER | st.none()) if key.profiled else None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(record=rpc_records())
+def test_rpc_records_round_trip_through_the_files_json(record):
+    """to_json writes the keys stress.json has always had (REQUIRED and the conditional ones); from_json reads
+    them back to the same record, through a real JSON text."""
+    data = json.loads(json.dumps(record.to_json()))
+    assert RpcRecord.from_json(data) == record
+    assert ("steps_per_s" in data) == (record.key.benchmark == "train")
+    assert ("profile" in data) == ("overhead" in data) == record.key.profiled
+    assert all(field in data for field in REQUIRED + ("repeats", "wall_s", "x_tensorpipe"))
+    assert {key for _, key in RPC_COLUMNS} <= set(data)  # reports/benchmarks.py's CSV reads these keys
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(document=st.one_of(st.binary(max_size=40), st.builds(lambda d: json.dumps(d).encode(), JSONISH),
+                          st.builds(lambda rs: json.dumps({"records": rs}).encode(),
+                                    st.lists(st.dictionaries(st.sampled_from(REQUIRED + ("repeats", "profile")),
+                                                             JSONISH, max_size=14), max_size=2))),
+       mutate=st.sampled_from([None, "drop", "retype"]), record=rpc_records(), which=st.integers(0, 30))
+def test_reading_a_file_that_is_not_a_stress_json_is_a_record_error(tmp_path, document, mutate, record, which):
+    """Any bytes: the readers return records or raise RecordError naming the file; a real record with one key
+    dropped or given a wrong type names that key."""
+    path = tmp_path / "stress.json"
+    path.write_bytes(document)
+    for read in (read_stress, load_baseline):
+        try:
+            read(str(path))
+        except (RecordError, UsageError) as exc:  # load_baseline: the same message after "--baseline: "
+            assert str(path) in str(exc)
+    if mutate:
+        data = record.to_json()
+        check_refused_key(path, read_stress, data, list(data)[which % len(data)], mutate)
+

@@ -47,6 +47,7 @@ from suites.stress.common import (WorldSlot, backend_registry, csv_list as _csv,
                                   run_until_interrupted, say)
 from suites.stress.metrics import DEFAULT_COLLECTIVES, collective_names
 from suites.stress.progress import Progress
+from suites.stress.records import CollectiveRow
 
 MIB = 1 << 20
 # (what, collective, size in bytes, comparison, target ratio candidate/baseline)
@@ -58,7 +59,7 @@ HEADLINE_WORLD_SIZES = (2, 4)
 HEADLINE_CANDIDATE = "reference"
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int16", "int8", "uint8")
 
-COLUMNS = (  # (json key, header, width)
+COLUMNS = (  # (json key, header, width); the cells in this order: table_row
     ("size", "size", 12), ("count", "count", 12), ("type", "type", 9), ("redop", "redop", 6),
     ("root", "root", 5), ("time_us", "time_us", 11), ("p99_us", "p99_us", 11), ("algbw", "algbw", 9),
     ("busbw", "busbw", 9), ("#wrong", "#wrong", 7),
@@ -138,15 +139,6 @@ def _import_plugins(modules) -> None:
 
 
 # ------------------------------------------------------------------ output
-def _cell(key: str, value) -> str:
-    if value is None:
-        return "-"
-    if key in ("time_us", "p99_us"):
-        return f"{value:.1f}"
-    if key in ("algbw", "busbw"):
-        return f"{value:.3f}"
-    return str(value)
-
 
 def table_header(backend: str, world_size: int, collective: str, dtype: str) -> str:
     title = f"# {backend}  world_size={world_size}  {collective}  ({dtype})"
@@ -155,27 +147,30 @@ def table_header(backend: str, world_size: int, collective: str, dtype: str) -> 
     return "\n".join((title, names, units))
 
 
-def table_row(record: dict) -> str:
-    return "  ".join(_cell(k, record[k]).rjust(w) for k, _, w in COLUMNS)
+def table_row(row: CollectiveRow) -> str:
+    cells = (row.size, row.count, row.dtype, row.redop, row.root, f"{row.time_us:.1f}", f"{row.p99_us:.1f}",
+             f"{row.algbw:.3f}", f"{row.busbw:.3f}", row.wrong)
+    return "  ".join(str(cell).rjust(w) for cell, (_, _, w) in zip(cells, COLUMNS))
 
 
 # ------------------------------------------------------------------ rows
-def make_record(backend: str, world_size: int, collective: Collective, dtype: str, results: list[dict]) -> dict:
+def make_record(backend: str, world_size: int, collective: Collective, dtype: str, results: list[dict],
+                wall_s: float) -> CollectiveRow:
     """One table row from every rank's bench_row result (``collective``: the table's record)."""
     p50 = max(metrics.percentile(r["samples"], 50) for r in results)
     p99 = max(metrics.percentile(r["samples"], 99) for r in results)
     size = results[0]["size"]
-    return {
-        "backend": backend, "world_size": world_size, "collective": collective.bench_name,
-        "size": size, "count": results[0]["count"], "type": dtype,
-        "redop": "sum" if collective.reduces else "none",
-        "root": 0 if collective.rooted else -1,
-        "time_us": p50 * 1e6, "p50_us": p50 * 1e6, "p99_us": p99 * 1e6,
-        "algbw": metrics.algbw(size, p50), "busbw": metrics.busbw(collective, world_size, size, p50),
-        "bus_factor": metrics.bus_factor(collective, world_size),
-        "#wrong": sum(r["wrong"] for r in results),
-        "iters": results[0]["iters"], "warmup": results[0]["warmup"],
-    }
+    return CollectiveRow(
+        backend=backend, world_size=world_size, collective=collective.bench_name,
+        size=size, count=results[0]["count"], dtype=dtype,
+        redop="sum" if collective.reduces else "none",
+        root=0 if collective.rooted else -1,
+        p50_us=p50 * 1e6, p99_us=p99 * 1e6,
+        algbw=metrics.algbw(size, p50), busbw=metrics.busbw(collective, world_size, size, p50),
+        bus_factor=metrics.bus_factor(collective, world_size),
+        wrong=sum(r["wrong"] for r in results),
+        iters=results[0]["iters"], warmup=results[0]["warmup"], wall_s=wall_s,
+    )
 
 
 class Bench:
@@ -183,7 +178,7 @@ class Bench:
 
     def __init__(self, args):
         self.args = args
-        self.records: list[dict] = []
+        self.records: list[CollectiveRow] = []
         self.errors: list[dict] = []
         self.unavailable: list[dict] = []
         self.skipped: list[dict] = []
@@ -280,12 +275,11 @@ class Bench:
                 self.progress.skip(len(args.sizes) - position)
                 return
             self.progress.step()
-            row = make_record(name, world_size, record, args.dtype, results)
-            row["wall_s"] = time.monotonic() - call_started
-            previous = (nbytes, row["p50_us"] / 1e6)
-            if row["size"] in seen_sizes:  # e.g. 8 B and 16 B both round up to one element per rank
+            row = make_record(name, world_size, record, args.dtype, results, wall_s=time.monotonic() - call_started)
+            previous = (nbytes, row.p50_us / 1e6)
+            if row.size in seen_sizes:  # e.g. 8 B and 16 B both round up to one element per rank
                 continue
-            seen_sizes.add(row["size"])
+            seen_sizes.add(row.size)
             self.records.append(row)
             say(table_row(row))
 
@@ -310,23 +304,23 @@ def _ratio(a, b):
     return a / b
 
 
-def compare(records: list[dict], baseline: str) -> list[dict]:
+def compare(records: list[CollectiveRow], baseline: str) -> list[dict]:
     """For every other backend: busbw and time ratios to the baseline per (collective, world size, size)."""
-    base = {(r["collective"], r["world_size"], r["size"]): r for r in records if r["backend"] == baseline}
+    base = {(r.collective, r.world_size, r.size): r for r in records if r.backend == baseline}
     rows = []
     for r in records:
-        if r["backend"] == baseline:
+        if r.backend == baseline:
             continue
-        b = base.get((r["collective"], r["world_size"], r["size"]))
+        b = base.get((r.collective, r.world_size, r.size))
         if b is None:
             continue
         rows.append({
-            "backend": r["backend"], "baseline": baseline, "collective": r["collective"],
-            "world_size": r["world_size"], "size": r["size"],
-            "time_us": r["time_us"], "baseline_time_us": b["time_us"],
-            "time_ratio": _ratio(r["time_us"], b["time_us"]),
-            "busbw": r["busbw"], "baseline_busbw": b["busbw"],
-            "busbw_ratio": _ratio(r["busbw"], b["busbw"]),
+            "backend": r.backend, "baseline": baseline, "collective": r.collective,
+            "world_size": r.world_size, "size": r.size,
+            "time_us": r.time_us, "baseline_time_us": b.time_us,
+            "time_ratio": _ratio(r.time_us, b.time_us),
+            "busbw": r.busbw, "baseline_busbw": b.busbw,
+            "busbw_ratio": _ratio(r.busbw, b.busbw),
         })
     return rows
 
@@ -412,16 +406,16 @@ def main(argv=None) -> int:
     run_until_interrupted(bench.run, registry)
     comparison = compare(bench.records, args.baseline)
     heads = headline(comparison, args, bench.unavailable)
-    wrong_total = sum(r["#wrong"] for r in bench.records)
+    wrong_total = sum(r.wrong for r in bench.records)
     status = 1 if wrong_total or bench.errors else 0
 
     print_comparison(comparison)
     print_headline(heads)
     say()
     for r in bench.records:
-        if r["#wrong"]:
-            say(f"# WRONG: {r['backend']} world_size={r['world_size']} {r['collective']} size {r['size']}: "
-                f"{r['#wrong']} wrong elements")
+        if r.wrong:
+            say(f"# WRONG: {r.backend} world_size={r.world_size} {r.collective} size {r.size}: "
+                f"{r.wrong} wrong elements")
     os.makedirs(args.report_dir, exist_ok=True)
     path = os.path.join(args.report_dir, "collectives.json")
     report = {
@@ -433,7 +427,7 @@ def main(argv=None) -> int:
                    "backend_plugins": args.backend_plugin, "deadline": args.deadline},
         "host": host_info(),
         "columns": [k for k, _, _ in COLUMNS],
-        "records": bench.records,
+        "records": [r.to_json() for r in bench.records],
         "errors": bench.errors,
         "unavailable": bench.unavailable,
         "skipped": bench.skipped,
