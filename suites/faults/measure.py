@@ -1,0 +1,154 @@
+"""``python -m suites.faults.measure``: what gloo and TensorPipe do when a host is partitioned mid-job.
+
+Two simulated hosts (fixtures/hosts), one rank on each, each picking its interface the way users do
+(``GLOO_SOCKET_IFNAME``/``TP_SOCKET_IFNAME``, ``MASTER_ADDR`` = host 0's address). After the ranks are
+ready the controller cuts host 1 off (a silent drop both ways), lets them call, heals, lets them call
+again, and prints every call's time and error. Scenarios:
+
+- ``gloo``: a group whose connections exist, timeout 4 s;
+- ``tensorpipe``: ``rpc_sync`` over TensorPipe's uv transport, ``rpc_timeout`` 3 s;
+- ``gloo-lazy``: ``TORCH_GLOO_LAZY_INIT=1``, the first collective after the partition (slow: about 20 s,
+  and rank 1 may never return; only when named).
+
+Every phase is bounded; every process started is killed at the end and the namespaces are removed.
+Needs root and ``ip netns``; nftables for the drop (tc otherwise). Not a conformance clause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from fixtures.hosts import SimulatedHosts, unavailable_reason
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCENARIOS = ("gloo", "tensorpipe", "gloo-lazy")
+MASTER_PORT = "29500"  # free by construction: host 0's namespace is new
+READY_S = 120.0  # importing torch on a loaded 2-core machine
+# how long the calls under the partition may take, per scenario: the timeout, its slack, and gloo-lazy's 5x
+PARTITION_S = {"gloo": 20.0, "tensorpipe": 15.0, "gloo-lazy": 45.0}
+HEALED_S = 30.0
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    records: list[dict]
+    missing: list[str]  # what did not happen within its bound, in words
+
+
+def _wait(predicate: object, bound_s: float) -> bool:
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _records(directory: str) -> list[dict]:
+    found = []
+    for rank in (0, 1):
+        path = os.path.join(directory, f"rank{rank}.jsonl")
+        if os.path.exists(path):
+            with open(path) as lines:
+                found.extend(json.loads(line) for line in lines if line.strip())
+    return found
+
+
+def _phases(directory: str, phase: str) -> set[int]:
+    return {r["rank"] for r in _records(directory) if r["phase"] == phase}
+
+
+def _start_rank(hosts: SimulatedHosts, scenario: str, rank: int, directory: str) -> subprocess.Popen[bytes]:
+    host = hosts[rank]
+    env = dict(os.environ, **host.socket_env(), MASTER_ADDR=hosts[0].address, MASTER_PORT=MASTER_PORT,
+               PYTHONPATH=ROOT)
+    if scenario == "gloo-lazy":
+        env["TORCH_GLOO_LAZY_INIT"] = "1"
+    log = open(os.path.join(directory, f"rank{rank}.log"), "wb")
+    return subprocess.Popen(
+        [*host.exec_prefix(), sys.executable, "-m", "suites.faults.measure_rank", scenario, str(rank), directory],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _kill(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)  # its own session: the rank and anything it started
+        process.wait(timeout=10)
+
+
+def measure(scenario: str) -> Outcome:
+    missing: list[str] = []
+    with tempfile.TemporaryDirectory(prefix=f"faults-{scenario}-") as directory, SimulatedHosts(2) as hosts:
+        ranks = [_start_rank(hosts, scenario, rank, directory) for rank in (0, 1)]
+        try:
+            ready = lambda: all(os.path.exists(os.path.join(directory, f"rank{r}.ready")) for r in (0, 1))  # noqa: E731
+            if not _wait(ready, READY_S):
+                logs = " | ".join(open(os.path.join(directory, f"rank{r}.log")).read()[-400:] for r in (0, 1))
+                return Outcome(scenario, _records(directory), [f"ranks not ready in {READY_S} s: {logs}"])
+            hosts.partition(1)
+            open(os.path.join(directory, "go"), "w").close()
+            if not _wait(lambda: _phases(directory, "partitioned") == {0, 1}, PARTITION_S[scenario]):
+                stuck = sorted({0, 1} - _phases(directory, "partitioned"))
+                missing.append(f"rank(s) {stuck} still in their first call after {PARTITION_S[scenario]:.0f} s "
+                               "under the partition (killed)")
+            hosts.heal()
+            open(os.path.join(directory, "healed"), "w").close()
+            done = lambda: all(os.path.exists(os.path.join(directory, f"rank{r}.done")) for r in (0, 1))  # noqa: E731
+            if not missing and not _wait(done, HEALED_S):
+                missing.append(f"ranks not done {HEALED_S:.0f} s after healing (killed)")
+            return Outcome(scenario, _records(directory), missing)
+        finally:
+            _kill(ranks)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def report(outcome: Outcome) -> str:
+    lines = [f"== {outcome.scenario}"]
+    for record in sorted(outcome.records, key=lambda r: (r["rank"], ["partitioned", "partitioned-again",
+                                                                        "healed", "healed-again"].index(r["phase"]))):
+        result = "ok" if record["ok"] else f"{record['error_type']}: {_first_line(record['error'])}"
+        lines.append(f"rank {record['rank']}  {record['phase']:<18} {record['seconds']:7.2f} s  {result}")
+    lines.extend(f"NOT DONE: {text}" for text in outcome.missing)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m suites.faults.measure", description=__doc__.split("\n")[0])
+    parser.add_argument("--scenario", default="gloo,tensorpipe",
+                        help=f"comma-separated, of {', '.join(SCENARIOS)} (default gloo,tensorpipe)")
+    parser.add_argument("--json", metavar="PATH", help="also write every record as JSON here")
+    args = parser.parse_args(argv)
+    scenarios = [s for s in args.scenario.split(",") if s]
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+    reason = unavailable_reason()
+    if reason is not None:
+        print(f"cannot measure: {reason}", file=sys.stderr)
+        return 4
+    outcomes = []
+    for scenario in scenarios:
+        outcome = measure(scenario)
+        outcomes.append(outcome)
+        print(report(outcome), flush=True)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump([outcome.__dict__ for outcome in outcomes], out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""One rank of a fault measurement: ``python -m suites.faults.measure_rank SCENARIO RANK DIR``, run on a host.
+
+The controller (suites/faults/measure.py) starts it inside a host's namespace with ``MASTER_ADDR``,
+``MASTER_PORT`` and ``GLOO_SOCKET_IFNAME``/``TP_SOCKET_IFNAME`` set, and steers it through files in DIR
+(``go``: the network is now cut; ``healed``: it is whole again), because the controller's own
+connections would be cut by the very fault it injects. Each timed call is one JSON line in
+``DIR/rank<R>.jsonl``. The rank never shuts down gracefully (a graceful RPC shutdown under a partition
+has no bound): it leaves with ``os._exit`` and the controller kills whatever is left.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+PG_TIMEOUT_S = 4.0
+RPC_TIMEOUT_S = 3.0
+WAIT_FILE_S = 120.0
+
+
+def _die_with_parent() -> None:
+    # the controller may be killed: no rank may outlive it (ip netns exec execs us, so it is our parent)
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Recorder:
+    def __init__(self, directory: str, rank: int) -> None:
+        self.directory, self.rank = directory, rank
+        self.path = os.path.join(directory, f"rank{rank}.jsonl")
+
+    def mark(self, name: str) -> None:
+        open(os.path.join(self.directory, f"rank{self.rank}.{name}"), "w").close()
+
+    def wait_for(self, name: str) -> None:
+        deadline = time.monotonic() + WAIT_FILE_S
+        while not os.path.exists(os.path.join(self.directory, name)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.rank}: no {name!r} from the controller in {WAIT_FILE_S} s")
+            time.sleep(0.05)
+
+    def timed(self, phase: str, call: Callable[[], Any]) -> None:
+        """Time one call and write its outcome: seconds, and the error's type and text when it raised."""
+        start = time.perf_counter()
+        record: dict[str, Any] = {"rank": self.rank, "phase": phase}
+        try:
+            call()
+            record["ok"] = True
+        except Exception as exc:  # the measurement is the error itself
+            record.update(ok=False, error_type=type(exc).__name__, error=str(exc)[:600])
+        record["seconds"] = round(time.perf_counter() - start, 3)
+        with open(self.path, "a") as out:
+            out.write(json.dumps(record) + "\n")
+
+
+def gloo(recorder: Recorder, rank: int, lazy: bool) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=PG_TIMEOUT_S))
+    tensor = torch.ones(1024)
+
+    def all_reduce() -> None:
+        dist.all_reduce(tensor)
+
+    if not lazy:  # the group's connections exist before the fault: a partition in the middle of a job
+        for _ in range(3):
+            all_reduce()
+    recorder.mark("ready")
+    recorder.wait_for("go")
+    recorder.timed("partitioned", all_reduce)
+    recorder.timed("partitioned-again", all_reduce)
+    recorder.wait_for("healed")
+    recorder.timed("healed", all_reduce)
+
+
+def tensorpipe(recorder: Recorder, rank: int) -> None:
+    import torch
+    import torch.distributed.rpc as rpc
+
+    options = rpc.TensorPipeRpcBackendOptions(rpc_timeout=RPC_TIMEOUT_S, _transports=["uv"], _channels=["basic"])
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2, rpc_backend_options=options)
+    peer = f"worker{1 - rank}"
+
+    def call() -> None:
+        rpc.rpc_sync(peer, torch.add, args=(torch.ones(2), 1))
+
+    call()
+    recorder.mark("ready")
+    recorder.wait_for("go")
+    recorder.timed("partitioned", call)
+    recorder.wait_for("healed")
+    recorder.timed("healed", call)
+    recorder.timed("healed-again", call)
+
+
+def main(argv: list[str]) -> int:
+    scenario, rank, directory = argv[0], int(argv[1]), argv[2]
+    _die_with_parent()
+    recorder = Recorder(directory, rank)
+    if scenario == "gloo":
+        gloo(recorder, rank, lazy=False)
+    elif scenario == "gloo-lazy":
+        gloo(recorder, rank, lazy=True)
+    elif scenario == "tensorpipe":
+        tensorpipe(recorder, rank)
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    recorder.mark("done")
+    sys.stdout.flush()
+    os._exit(0)  # no graceful shutdown: under a fault it may never return
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
