@@ -1,0 +1,248 @@
+"""fixtures/hosts: simulated hosts are made and removed (also when their owner is killed), talk over their
+own addresses, faults cut and slow them, healing restores them, and the root network namespace is untouched.
+
+Needs root and ``ip netns``; skips saying so otherwise. Every process started here is bounded and killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from fixtures.hosts import SimulatedHosts, unavailable_reason
+from fixtures.hosts.naming import list_namespaces, owner_alive
+
+REASON = unavailable_reason()
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.timeout(120)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PORT = 5555
+
+# A server on a host: every connection gets SIZE bytes, then is closed.
+SERVER = textwrap.dedent("""
+    import socket, sys
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((sys.argv[1], int(sys.argv[2])))
+    server.listen()
+    print("listening", flush=True)
+    while True:
+        conn, _ = server.accept()
+        conn.sendall(b"x" * int(sys.argv[3]))
+        conn.close()
+""")
+# A client on a host: connect, read SIZE bytes, print where from and how long it took, or the error.
+CLIENT = textwrap.dedent("""
+    import socket, sys, time
+    start = time.perf_counter()
+    try:
+        conn = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[4]))
+        got = 0
+        while got < int(sys.argv[3]):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            got += len(chunk)
+        print("ok", conn.getsockname()[0], got, round(time.perf_counter() - start, 3))
+    except OSError as exc:
+        print("error", type(exc).__name__, round(time.perf_counter() - start, 3))
+""")
+
+
+def root_network_state() -> dict[str, str]:
+    """What the machine's own namespace has: links, addresses, routes, rules (nothing may change)."""
+    commands = {"link": ["ip", "-o", "link"], "addr": ["ip", "-o", "addr"], "route": ["ip", "route", "show", "table", "all"],
+                "rule": ["ip", "rule"]}
+    state = {}
+    for name, argv in commands.items():
+        text = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+        # counters and neighbour-dependent fields are not ours to compare: keep device names and addresses
+        state[name] = "\n".join(sorted(line.split(" link/")[0] for line in text.splitlines()))
+    return state
+
+
+@pytest.fixture
+def hosts() -> Iterator[SimulatedHosts]:
+    with SimulatedHosts(2) as made:
+        yield made
+
+
+def start_server(hosts: SimulatedHosts, index: int, size: int = 2) -> subprocess.Popen[str]:
+    host = hosts[index]
+    server = subprocess.Popen([*host.exec_prefix(), sys.executable, "-c", SERVER, host.address, str(PORT), str(size)],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+    return server
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def client(hosts: SimulatedHosts, source: int, target: int, size: int = 2, timeout: float = 2.0) -> list[str]:
+    run = subprocess.run([*hosts[source].exec_prefix(), sys.executable, "-c", CLIENT, hosts[target].address,
+                          str(PORT), str(size), str(timeout)], capture_output=True, text=True, timeout=timeout + 20)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split()
+
+
+def test_namespaces_are_made_and_removed():
+    with SimulatedHosts(2) as hosts:
+        names = hosts.namespaces()
+        assert len(names) == 3 and set(names) <= set(list_namespaces())
+        assert all(owner_alive(name) for name in names)
+    assert not set(names) & set(list_namespaces())
+
+
+def test_nothing_is_added_to_the_root_namespace():
+    before = root_network_state()
+    with SimulatedHosts(2) as hosts:
+        during = root_network_state()
+        hosts.partition(1)
+        hosts.rate_limit(0, "8mbit")
+        hosts.link_down(0)
+        faulted = root_network_state()
+        hosts.heal()
+    after = root_network_state()
+    assert during == before and faulted == before and after == before
+
+
+def test_two_hosts_talk_over_their_own_addresses(hosts):
+    server = start_server(hosts, 1)
+    try:
+        reply = client(hosts, 0, 1)
+        assert reply[:3] == ["ok", hosts[0].address, "2"], reply  # from host 0's own address, not loopback's
+    finally:
+        stop(server)
+
+
+def test_a_partition_times_connections_out_and_healing_restores_them(hosts):
+    server = start_server(hosts, 1)
+    try:
+        hosts.partition(1)
+        reply = client(hosts, 0, 1, timeout=1.5)
+        assert reply[:2] == ["error", "TimeoutError"], reply  # a silent drop: no refusal, no reset, a timeout
+        assert 1.4 <= float(reply[2]) < 5, reply
+        hosts.heal()
+        assert client(hosts, 0, 1)[0] == "ok"
+    finally:
+        stop(server)
+
+
+def test_a_partition_stalls_an_established_connection_until_healed(hosts):
+    # a reader on host 0 with an open connection to host 1: under the partition its recv times out
+    reader = textwrap.dedent(f"""
+        import socket, sys, time
+        conn = socket.create_connection(("{hosts[1].address}", {PORT}), timeout=5)
+        print("connected", flush=True)
+        sys.stdin.readline()  # the partition is in place
+        conn.settimeout(1.0)
+        try:
+            conn.recv(1)
+            print("got data")
+        except TimeoutError:
+            print("recv timed out")
+    """)
+    echo = textwrap.dedent(f"""
+        import socket, time
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("{hosts[1].address}", {PORT}))
+        server.listen()
+        print("listening", flush=True)
+        conn, _ = server.accept()
+        time.sleep(0.5)
+        conn.sendall(b"y")  # sent while the partition holds: it must not arrive
+        time.sleep(30)
+    """)
+    server = subprocess.Popen([*hosts[1].exec_prefix(), sys.executable, "-c", echo], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+    peer = subprocess.Popen([*hosts[0].exec_prefix(), sys.executable, "-c", reader], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert peer.stdout is not None and peer.stdin is not None
+        assert peer.stdout.readline().strip() == "connected"
+        hosts.partition(0)
+        peer.stdin.write("\n")
+        peer.stdin.flush()
+        assert peer.stdout.readline().strip() == "recv timed out"
+    finally:
+        stop(peer)
+        stop(server)
+
+
+def test_a_flapped_link_cuts_then_carries_again(hosts):
+    server = start_server(hosts, 1)
+    try:
+        hosts.link_down(1)
+        assert client(hosts, 0, 1, timeout=1.0)[:2] == ["error", "TimeoutError"]
+        hosts.link_up(1)
+        # the port forwards at once (no STP); a second try covers the neighbour entry being re-learnt
+        replies = [client(hosts, 0, 1, timeout=3.0)[0] for _ in range(2)]
+        assert "ok" in replies, replies
+    finally:
+        stop(server)
+
+
+def test_a_rate_limit_slows_a_transfer_and_never_breaks_it(hosts):
+    size = 256 * 1024  # 2 Mbit: about 1 s at 2 Mbit/s, milliseconds without the limit
+    server = start_server(hosts, 1, size)
+    try:
+        fast = client(hosts, 0, 1, size)
+        hosts.rate_limit(1, "2mbit")
+        slow = client(hosts, 0, 1, size, timeout=10.0)
+        assert fast[0] == "ok" and slow[0] == "ok" and int(slow[2]) == size, (fast, slow)
+        assert float(slow[3]) >= 0.6 and float(slow[3]) > 5 * float(fast[3]), (fast, slow)
+    finally:
+        stop(server)
+
+
+def test_a_frozen_peer_answers_after_it_is_thawed(hosts):
+    server = start_server(hosts, 1)
+    try:
+        with hosts.frozen(server.pid):  # ip netns exec execs: the pid is the server's own
+            frozen = client(hosts, 0, 1, timeout=1.0)
+        assert frozen[:2] == ["error", "TimeoutError"], frozen  # the kernel accepts; the stopped server never sends
+        assert client(hosts, 0, 1)[0] == "ok"
+    finally:
+        stop(server)
+
+
+def test_a_killed_owner_leaves_no_namespace_behind():
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom fixtures.hosts import SimulatedHosts\n"
+         "hosts = SimulatedHosts(2).__enter__()\nprint(' '.join(hosts.namespaces()), flush=True)\ntime.sleep(60)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert owner.stdout is not None
+        names = owner.stdout.readline().split()
+        assert len(names) == 3 and set(names) <= set(list_namespaces())
+    finally:
+        os.killpg(owner.pid, signal.SIGKILL)  # the owner and its process group: no clean-up of its own runs
+        owner.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while set(names) & set(list_namespaces()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(names) & set(list_namespaces()), "the reaper left a killed owner's namespaces"
+
+
+def test_a_dead_owners_namespaces_are_swept_at_start():
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = f"dcnet-{gone.pid}.1-0-h0"  # an owner that no longer runs (and no process started at tick 1)
+    subprocess.run(["ip", "netns", "add", stale], check=True, timeout=10)
+    try:
+        assert not owner_alive(stale)
+        with SimulatedHosts(1):
+            assert stale not in list_namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "delete", stale], capture_output=True, timeout=10)
