@@ -167,10 +167,10 @@ def test_setup_for_the_tests_installs_the_missing_debian_packages_or_says_what_i
     done = setup(root, "tests", path=path)
     assert done.returncode == 0, done.stderr
     if os.getuid() == 0:
-        assert calls(tmp_path)[:2] == ["apt-get update -qq", "apt-get install -y -qq chromium openmpi-bin"]
+        assert calls(tmp_path)[:2] == ["apt-get update -qq", "apt-get install -y -qq chromium openmpi-bin nftables"]
     else:
         assert not any(c.startswith("apt-get") for c in calls(tmp_path))
-        assert "cannot install chromium openmpi-bin here (needs root and apt-get)" in done.stderr
+        assert "cannot install chromium openmpi-bin nftables here (needs root and apt-get)" in done.stderr
         assert "tests/test_report_html.py fails" in done.stderr and "test_mpirun skips" in done.stderr
     assert setup(root, "suites", path=path).stderr == ""  # the conformance suite needs neither package
 
@@ -184,7 +184,7 @@ def test_setup_says_what_fails_when_apt_get_fails(tmp_path):
     path = system_path(tmp_path, **{"apt-get": "exit 100\n", "c++": ""})
     done = setup(root, "tests", path=path)
     assert done.returncode == 0  # the venv is set up; the missing packages cost only their tests
-    assert "apt-get install chromium openmpi-bin failed" in done.stderr
+    assert "apt-get install chromium openmpi-bin nftables failed" in done.stderr
     assert "tests/test_report_html.py fails (no headless Chromium)" in done.stderr
 
 

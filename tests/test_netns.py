@@ -246,3 +246,17 @@ def test_a_dead_owners_namespaces_are_swept_at_start():
             assert stale not in list_namespaces()
     finally:
         subprocess.run(["ip", "netns", "delete", stale], capture_output=True, timeout=10)
+
+
+def test_without_nftables_a_partition_disables_the_bridge_port(hosts, monkeypatch):
+    import fixtures.hosts.faults as faults
+
+    monkeypatch.setattr(faults, "has_nft", lambda: False)  # the machine without Debian's nftables
+    server = start_server(hosts, 1)
+    try:
+        hosts.partition(1)
+        assert client(hosts, 0, 1, timeout=1.0)[:2] == ["error", "TimeoutError"]
+        hosts.heal()
+        assert client(hosts, 0, 1)[0] == "ok"
+    finally:
+        stop(server)
