@@ -9,10 +9,11 @@ every backend of the plan what a run of that bug alone would have given it:
   node id) and an optional ``-k`` keyword, a word matched, as pytest's ``-k``
   matches one, against the case's name (its clause and parameters) without
   regard to case; every other case of that backend is deselected;
-- ``-x`` per backend: once a case of a backend failed (its bug is caught),
-  that backend's remaining cases are skipped, saying by which case, so a
-  caught bug costs no more than it did alone and the next backend's
-  world starts.
+- ``-x`` per backend: once a case of a clause the bug's record names failed
+  (its bug is caught), that backend's remaining cases are skipped, saying by
+  which case, so a caught bug costs no more than it did alone and the next
+  backend's world starts. A failure of another clause is recorded and the
+  run goes on, so the named clause always runs.
 
 Cases of backends the plan does not name are left alone. With
 ``--gallery-failures FAILURES.json`` it also records where each failure of a
@@ -33,6 +34,7 @@ import pytest
 from fixtures.errors import RankError
 from fixtures.pytest_plugin import target_of
 from tests.gallery_failures import SIGNATURE_MISMATCH, FailedCase, Raised, chain_from_text, write_failures
+from tests.gallery_record import clause_matches
 
 _CAUGHT = pytest.StashKey[dict]()  # backend -> node id of its first failed case
 _PLAN = pytest.StashKey[dict]()
@@ -41,10 +43,18 @@ _FAILURES = pytest.StashKey[list]()  # FailedCase of the plan's backends, writte
 
 @dataclass(frozen=True)
 class Selection:
-    """The cases one bug's backend runs: under ``suite``, and whose name contains ``keyword`` (if any)."""
+    """The cases one bug's backend runs: under ``suite``, and whose name contains ``keyword`` (if any); its
+    ``clauses`` (the record's: none means any) are the ones whose failure stops the backend (per-backend ``-x``)."""
 
     suite: str
     keyword: str = ""
+    clauses: tuple[str, ...] = ()
+
+    def stops_at(self, nodeid: str) -> bool:
+        """Whether a failure of ``nodeid`` ends this backend's run: a clause the record names failed. A bug that
+        two clauses catch, whichever fails first (a race such as early completion), would otherwise be judged by
+        whichever ran first, and its named clause might never run."""
+        return not self.clauses or any(clause_matches(clause, nodeid) for clause in self.clauses)
 
     def selects(self, nodeid: str, name: str) -> bool:
         if self.keyword and self.keyword.lower() not in name.lower():
@@ -56,15 +66,26 @@ class Selection:
         return nodeid.startswith(self.suite + "::")  # a file
 
 
+def _clauses(entry: dict) -> tuple:
+    clauses = entry.get("clauses", [])
+    if not isinstance(clauses, list):
+        raise TypeError(f"clauses must be a list of node ids, not {clauses!r}")
+    return tuple(clauses)
+
+
 def read_plan(path: str) -> dict[str, Selection]:
     """``{backend: {"suite": ..., "keyword": ...}}`` from ``path``, refused with the problem named."""
     try:
         with open(path) as fh:
             raw = json.load(fh)
-        plan = {backend: Selection(entry["suite"], entry.get("keyword", "")) for backend, entry in raw.items()}
+        plan = {backend: Selection(entry["suite"], entry.get("keyword", ""), _clauses(entry))
+                for backend, entry in raw.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise pytest.UsageError(f"--gallery-plan {path}: not a plan ({{backend: {{suite, keyword}}}}): {exc!r}") from None
     for backend, selection in plan.items():
+        if not all(isinstance(clause, str) and clause for clause in selection.clauses):
+            raise pytest.UsageError(f"--gallery-plan {path}: {backend}'s clauses must be node ids, "
+                                    f"not {selection.clauses!r}")
         if not isinstance(selection.suite, str) or not selection.suite or not isinstance(selection.keyword, str):
             raise pytest.UsageError(f"--gallery-plan {path}: {backend}'s suite must be a path and its keyword a "
                                     f"string, not {selection.suite!r} and {selection.keyword!r}")
@@ -172,8 +193,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     target = target_of(item)
-    if target is not None and target.backend in item.config.stash[_PLAN] and report.failed:
-        item.config.stash[_CAUGHT].setdefault(target.backend, item.nodeid)
+    selection = item.config.stash[_PLAN].get(target.backend) if target is not None else None
+    if target is not None and selection is not None and report.failed:
+        if selection.stops_at(item.nodeid):
+            item.config.stash[_CAUGHT].setdefault(target.backend, item.nodeid)
         if call.excinfo is not None:
             exc = call.excinfo.value
             item.config.stash[_FAILURES].append(

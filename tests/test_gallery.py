@@ -286,3 +286,14 @@ def test_a_gallery_run_tells_a_crash_from_a_catch_and_from_the_wrong_clause(tmp_
     elsewhere = dataclasses.replace(avg_as_sum, clauses=("suites/c10d/test_all_reduce.py::test_all_reduce_async",),
                                     suite="suites/c10d/test_all_reduce.py")
     assert judge(elsewhere, document["cases"], failures).kind == WRONG_CLAUSE
+
+
+def test_a_backend_stops_at_a_named_clause_and_runs_on_past_another():
+    """Per-backend -x stops at a failure of a clause the record names; another clause's failure is recorded and
+    the run goes on, so a bug two clauses catch (whichever first: a race) is judged by its named clause."""
+    from tests.gallery_plugin import Selection
+
+    named = Selection("suites/c10d/test_work.py", clauses=("suites/c10d/test_work.py::test_completed",))
+    assert named.stops_at("suites/c10d/test_work.py::test_completed[native-ws2]")
+    assert not named.stops_at("suites/c10d/test_work.py::test_future_completes[native-ws2]")
+    assert Selection("suites/c10d/test_work.py").stops_at("suites/c10d/test_work.py::test_future_completes[x]")

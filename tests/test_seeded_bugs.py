@@ -199,7 +199,7 @@ def run_bugs(tmp_path, bugs: tuple[SeededBug, ...]) -> tuple[dict, str, list[Fai
     writes no report is asked why: a bug module that fails to import is that
     bug's crash.
     """
-    plan = {bug.backend: {"suite": bug.suite, "keyword": bug.keyword} for bug in bugs}
+    plan = {bug.backend: {"suite": bug.suite, "keyword": bug.keyword, "clauses": list(bug.clauses)} for bug in bugs}
     (tmp_path / "plan.json").write_text(json.dumps(plan, indent=1))
     extra = ["-p", "tests.gallery_plugin", "--gallery-plan", str(tmp_path / "plan.json"),
              "--gallery-failures", str(tmp_path / "failures.json"), *bugs[0].options]

@@ -345,7 +345,9 @@ BUGS: tuple[SeededBug, ...] = (
     SeededBug(
         name='native_early_completion',
         contract='the future completes only after the data has landed',
-        clauses=('suites/c10d/test_work.py::test_completed_work_reports_success_and_values',),
+        clauses=('suites/c10d/test_work.py::test_completed_work_reports_success_and_values',
+                 # the same early completion, seen by whichever clause's wait loses the race to the copy
+                 'suites/c10d/test_work.py::test_future_completes_after_the_data_has_landed'),
         suite='suites/c10d/test_work.py',
         shares_a_run=True,
     ),
