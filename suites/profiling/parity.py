@@ -86,11 +86,6 @@ def transport_events(events: list[dict]) -> int:
     return sum(1 for key in map(event_key, events) if is_transport(key))
 
 
-def rows(counts: Counter) -> list[dict]:
-    return [{"name": name, "node_id": node, "input_shapes": json.loads(shapes), "count": n}
-            for (name, node, shapes), n in sorted(counts.items())]
-
-
 @dataclass
 class Baseline:
     """What an agent must record for one workload and mode, from TensorPipe's samples by the module's rule."""
@@ -100,10 +95,6 @@ class Baseline:
     racing: bool  # the call's callee events race in TensorPipe (rule 2 applies)
     lost_in: int = 0  # samples in which TensorPipe lost the racing group
     samples: int = SAMPLES
-
-    @property
-    def median(self) -> Counter:  # what the report shows as TensorPipe's profile
-        return self.exact + self.callee
 
     @property
     def callee_compared(self) -> bool:
