@@ -128,9 +128,14 @@ def test_any_plan_file_is_read_or_refused_with_the_problem_named(tmp_path_factor
         assert all(isinstance(selection, Selection) for selection in plan.values())
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-                    max_leaves=8))
+def json_documents(keys: st.SearchStrategy, max_size: int, max_leaves: int) -> st.SearchStrategy:
+    """Any JSON document whose objects take their keys from ``keys``: what a file the gallery reads may hold."""
+    return st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=max_size),
+                        max_leaves=max_leaves)
+
+
+@given(json_documents(st.text(max_size=8), max_size=3, max_leaves=8))
 def test_any_json_plan_is_read_or_refused_with_the_problem_named(tmp_path_factory, document):
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     path.write_text(json.dumps(document))
@@ -241,11 +246,8 @@ def test_failures_round_trip_through_their_file(tmp_path):
     assert read_failures(str(tmp_path / "none.json")) == []  # nothing failed, nothing written
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                        st.sampled_from(["nodeid", "backend", "when", "raised", "ranks", "exc_type", "message",
-                                         "frames", "callee", "other"]), inner, max_size=5),
-                    max_leaves=12))
+@given(json_documents(st.sampled_from(["nodeid", "backend", "when", "raised", "ranks", "exc_type", "message",
+                                       "frames", "callee", "other"]), max_size=5, max_leaves=12))
 def test_any_failures_file_is_read_or_refused_with_the_problem_named(tmp_path_factory, document):
     """Whatever a failures file holds: failed cases of the declared shape, or NotAFailuresFile naming the file."""
     path = tmp_path_factory.mktemp("failures") / "failures.json"
