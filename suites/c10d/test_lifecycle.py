@@ -33,8 +33,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fixtures import rank_main
-from fixtures.rank import ctx
+from fixtures.rank import ctx, reinit_process_group
 from suites.checks import expect_tensor
 from suites.soak import resources as held_by_process
 
@@ -112,7 +111,7 @@ def reinit_default_group(cycles: int):
     """destroy_process_group + init_process_group, ``cycles`` times; the default group's all_reduce after each."""
     results = []
     for i in range(cycles):
-        rank_main.reinit_process_group(f"lifecycle-{ctx.case_id}-{i}")
+        reinit_process_group(f"lifecycle-{ctx.case_id}-{i}")
         results.append((dist.is_initialized(), dist.get_world_size(), summed()))
     return results
 
@@ -264,7 +263,7 @@ def abort_under_load():
             outcomes.append((True, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"))
     if ctx.rank != last:
         ctx.store.set(f"ended/{ctx.rank}", "1")
-    rank_main.reinit_process_group(f"abort-load-{ctx.case_id}")
+    reinit_process_group(f"abort-load-{ctx.case_id}")
     return abort_s, outcomes, summed()
 
 
@@ -288,12 +287,12 @@ def subgroup_leftovers():
 
 def reinit_leftovers():
     """Resources after CYCLES default-group re-inits minus before (after one warm-up re-init)."""
-    rank_main.reinit_process_group(f"leak-{ctx.case_id}-warmup")
+    reinit_process_group(f"leak-{ctx.case_id}-warmup")
     summed()
     before = settle()
     dist.barrier()  # nobody destroys the group while another rank is still measuring it
     for i in range(CYCLES):
-        rank_main.reinit_process_group(f"leak-{ctx.case_id}-{i}")
+        reinit_process_group(f"leak-{ctx.case_id}-{i}")
         summed()
     return grown(before, settle(before)), summed()
 

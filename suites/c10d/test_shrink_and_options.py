@@ -44,8 +44,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fixtures import rank_main
-from fixtures.rank import ctx
+from fixtures.rank import ctx, reinit_process_group
 from suites.c10d.group_probes import backend_of, error, summed, total
 from suites.checks import expect_tensor
 
@@ -108,13 +107,13 @@ def pg_options_round_trip(how: str) -> dict | str | None:
     n = ctx.world_size
     if how == "default_reinit":
         given = given_options(REINIT_TIMEOUT)
-        rank_main.reinit_process_group(f"pg-options-{ctx.case_id}", timeout=REINIT_TIMEOUT, pg_options=given)
+        reinit_process_group(f"pg-options-{ctx.case_id}", timeout=REINIT_TIMEOUT, pg_options=given)
         try:
             return {"given": _set_fields(given), "reported": reported_options(dist.group.WORLD),
                     "desc": dist.group.WORLD.group_desc,
                     "name": dist.distributed_c10d._get_process_group_name(dist.group.WORLD), "sum": summed()}
         finally:
-            rank_main.reinit_process_group(f"pg-options-{ctx.case_id}-restored")
+            reinit_process_group(f"pg-options-{ctx.case_id}-restored")
     given = given_options(GIVEN_TIMEOUT)
     out: dict | str | None
     if how == "new_group":
@@ -211,7 +210,7 @@ def shrink_default_group() -> dict | str | None:
                 out["second"] = _default_group_facts()
     except Exception as exc:
         out = error(exc)
-    rank_main.reinit_process_group(f"shrink-default-{ctx.case_id}")  # every rank: the world's default group
+    reinit_process_group(f"shrink-default-{ctx.case_id}")  # every rank: the world's default group
     return out
 
 

@@ -29,8 +29,7 @@ import torch
 import torch.distributed as dist
 
 from backends import rpc_agents
-from fixtures.rank import ctx
-from fixtures.rank_main import BEFORE_PG_DESTROY
+from fixtures.rank import ctx, on_before_pg_destroy
 from suites.stress import rpc_udfs
 
 HEAVY_SHAPE = (100, 100)  # torch's test_stress_heavy_rpc argument
@@ -39,8 +38,7 @@ _AGENT_KEY = "rpc_stress_agent"
 
 def start(agent: str, init_file: str, rpc_timeout: float, num_worker_threads: int) -> str:
     """Start ``agent`` as worker{rank}; every rank gets the same store and init file."""
-    if _stop_before_pg_destroy not in BEFORE_PG_DESTROY:
-        BEFORE_PG_DESTROY.append(_stop_before_pg_destroy)
+    on_before_pg_destroy(_stop_before_pg_destroy)
     rpc_udfs.arm_stalls()
     rpc_agents.start_agent(agent, rank=ctx.rank, world_size=ctx.world_size, store=ctx.store,
                            init_file=init_file, rpc_timeout=rpc_timeout, num_worker_threads=num_worker_threads)

@@ -22,6 +22,8 @@ import os
 import sys
 import traceback
 
+from fixtures.rank_config import CONFIG_ENV
+
 FAKE_DEVICE = "cpu:0"
 LOG_ENV = "DEVICE_AUDIT_LOG"
 _PLACED = "_device_audit_placed"  # tensor attribute: True placed on the rank's device, False not
@@ -158,22 +160,17 @@ class DeviceAudit:
 
 def _install() -> None:
     """In a rank: the rank's device becomes FAKE_DEVICE once the harness has set it, and the audit starts."""
-    from fixtures import rank_main
+    from fixtures.rank import ctx, on_attach
 
-    original = rank_main._init_default_group
-
-    def init_default_group(generation):
-        from fixtures.rank import ctx
-
+    def fake_device() -> None:
         if ctx.device != FAKE_DEVICE:
             assert ctx.device == "cpu", f"device_audit runs on a CPU backend, the rank has {ctx.device}"
             ctx.device = FAKE_DEVICE
             audit = DeviceAudit(os.environ[LOG_ENV])
             audit.mode.__enter__()  # for the rest of this rank's life, in its main thread (clauses run there)
-        original(generation)
 
-    rank_main._init_default_group = init_default_group
+    on_attach(fake_device)
 
 
-if os.environ.get(LOG_ENV) and "DISTCONFORM_RANK_CONFIG" in os.environ:  # a rank process, not pytest
+if os.environ.get(LOG_ENV) and CONFIG_ENV in os.environ:  # a rank process, not pytest
     _install()

@@ -14,10 +14,9 @@ from fixtures.rank import ctx
 
 
 def where() -> dict:
-    from fixtures import rank_main
-
+    assert ctx.config is not None
     return {"rank": ctx.rank, "host": hostname(), "local_rank": int(os.environ.get("LOCAL_RANK", "-1")),
-            "device": ctx.device, "world_size": ctx.world_size, "store_host": rank_main._STATE["config"]["store"][0],
+            "device": ctx.device, "world_size": ctx.world_size, "store_host": ctx.config.store[0],
             # the level torch runs at in this rank, and the variable it was read from
             "debug_level": dist.get_debug_level().name, "debug_env": os.environ.get("TORCH_DISTRIBUTED_DEBUG")}
 
