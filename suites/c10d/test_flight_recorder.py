@@ -8,7 +8,7 @@ pickled dump per rank and names the ranks missing from a collective. The
 recorder is on unless ``TORCH_FR_BUFFER_SIZE`` (or ``TORCH_NCCL_TRACE_BUFFER_SIZE``)
 is 0: its size is read once, when the first group of the process records or is
 created, which in a rank process is after the harness set the rank's environment
-(``fixtures/rank_main.py``), so the harness sets nothing and a rank whose
+(``fixtures/rank.py``, ``attach``), so the harness sets nothing and a rank whose
 recorder is off says so.
 
 The buffer is per process and the world's rank processes serve many cases, so
