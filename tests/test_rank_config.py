@@ -106,6 +106,27 @@ def test_a_rank_config_refuses_unknown_missing_or_mistyped_keys_naming_them(chan
     assert message in str(info.value)
 
 
+def test_a_rank_answers_a_bad_attach_with_init_failed_naming_the_key():
+    """What a launched rank does with an Attach it cannot use: says why, stays up for the next one."""
+    from multiprocessing import Pipe
+
+    from fixtures.protocol import Attach, Exit, InitFailed, recv, send
+    from fixtures.rank_server import RankServer
+
+    ours, theirs = Pipe()
+    send(ours, Attach(json.dumps({"world_size": 2})))
+    send(ours, Attach(_config(rank=0).to_json()))
+    send(ours, Exit())
+    RankServer(1, theirs).serve()
+    missing, misdelivered = recv(ours), recv(ours)
+    assert isinstance(missing, InitFailed) and isinstance(misdelivered, InitFailed)
+    assert missing.failure.first_line() == (
+        "fixtures.rank_config.ConfigError: Attach.config: missing key(s) rank, backend, plugins, placements, store, "
+        f"env, init, pg_timeout, init_timeout, link (a RankConfig has exactly {KEYS})")
+    assert misdelivered.failure.first_line() == ("fixtures.rank_config.ConfigError: a configuration for rank 0 "
+                                                 "reached rank 1")
+
+
 def test_placement_is_decided_once_device_and_host_per_rank():
     class Host:
         namespace = "dcnet-9.9-0-h1"
