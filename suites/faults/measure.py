@@ -1,9 +1,10 @@
-"""``python -m suites.faults.measure``: what gloo and TensorPipe do when a host is partitioned mid-job.
+"""``python -m suites.faults.measure``: what gloo and TensorPipe do when a host's network fails mid-job.
 
 Two simulated hosts (fixtures/hosts), one rank on each, each picking its interface the way users do
 (``GLOO_SOCKET_IFNAME``/``TP_SOCKET_IFNAME``, ``MASTER_ADDR`` = host 0's address). After the ranks are
-ready the controller cuts host 1 off (a silent drop both ways), lets them call, heals, lets them call
-again, and prints every call's time and error. Scenarios:
+ready the controller injects a fault of suites/faults/table.py on host 1 (``--fault``, default
+``partition``: a silent drop both ways), lets them call, heals, lets them call again, and prints every
+call's time and error. Scenarios:
 
 - ``gloo``: a group whose connections exist, timeout 4 s;
 - ``tensorpipe``: ``rpc_sync`` over TensorPipe's uv transport, ``rpc_timeout`` 3 s;
@@ -27,6 +28,8 @@ import time
 from dataclasses import dataclass
 
 from fixtures.hosts import SimulatedHosts, unavailable_reason
+from suites.faults.measure_rank import PAYLOAD_ENV
+from suites.faults.table import FAULTS, Fault, Target, named
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCENARIOS = ("gloo", "tensorpipe", "gloo-lazy")
@@ -40,6 +43,7 @@ HEALED_S = 40.0  # six RPCs of at most 3 s each, or two collectives that fail at
 @dataclass
 class Outcome:
     scenario: str
+    fault: str
     records: list[dict]
     missing: list[str]  # what did not happen within its bound, in words
 
@@ -67,10 +71,11 @@ def _phases(directory: str, phase: str) -> set[int]:
     return {r["rank"] for r in _records(directory) if r["phase"] == phase}
 
 
-def _start_rank(hosts: SimulatedHosts, scenario: str, rank: int, directory: str) -> subprocess.Popen[bytes]:
+def _start_rank(hosts: SimulatedHosts, scenario: str, rank: int, directory: str, fault: Fault) -> subprocess.Popen[bytes]:
     host = hosts[rank]
     env = dict(os.environ, **host.socket_env(), MASTER_ADDR=hosts[0].address, MASTER_PORT=MASTER_PORT,
                PYTHONPATH=ROOT)
+    env[PAYLOAD_ENV] = str(max(4096, fault.min_payload))
     if scenario == "gloo-lazy":
         env["TORCH_GLOO_LAZY_INIT"] = "1"
     log = open(os.path.join(directory, f"rank{rank}.log"), "wb")
@@ -86,27 +91,31 @@ def _kill(processes: list[subprocess.Popen[bytes]]) -> None:
         process.wait(timeout=10)
 
 
-def measure(scenario: str) -> Outcome:
+def measure(scenario: str, fault: Fault) -> Outcome:
     missing: list[str] = []
     with tempfile.TemporaryDirectory(prefix=f"faults-{scenario}-") as directory, SimulatedHosts(2) as hosts:
-        ranks = [_start_rank(hosts, scenario, rank, directory) for rank in (0, 1)]
+        ranks = [_start_rank(hosts, scenario, rank, directory, fault) for rank in (0, 1)]
+        target = Target(hosts, 1, ranks[1].pid, int(MASTER_PORT))  # ip netns exec execs: the pid is the rank's
         try:
             ready = lambda: all(os.path.exists(os.path.join(directory, f"rank{r}.ready")) for r in (0, 1))  # noqa: E731
             if not _wait(ready, READY_S):
                 logs = " | ".join(open(os.path.join(directory, f"rank{r}.log")).read()[-400:] for r in (0, 1))
-                return Outcome(scenario, _records(directory), [f"ranks not ready in {READY_S} s: {logs}"])
-            hosts.partition(1)
+                return Outcome(scenario, fault.name, _records(directory), [f"ranks not ready in {READY_S} s: {logs}"])
+            fault.inject(target)
             open(os.path.join(directory, "go"), "w").close()
-            if not _wait(lambda: _phases(directory, "partitioned") == {0, 1}, PARTITION_S[scenario]):
-                stuck = sorted({0, 1} - _phases(directory, "partitioned"))
+            # a frozen rank writes nothing until thawed: only its peer's call is waited for
+            expected = {0} if fault.name == "frozen" else {0, 1}
+            if not _wait(lambda: _phases(directory, "faulted") >= expected, PARTITION_S[scenario]):
+                stuck = sorted(expected - _phases(directory, "faulted"))
                 missing.append(f"rank(s) {stuck} still in their first call after {PARTITION_S[scenario]:.0f} s "
-                               "under the partition (killed)")
+                               f"under the fault {fault.name} (killed)")
+            fault.heal(target)
             hosts.heal()
             open(os.path.join(directory, "healed"), "w").close()
             done = lambda: all(os.path.exists(os.path.join(directory, f"rank{r}.done")) for r in (0, 1))  # noqa: E731
             if not missing and not _wait(done, HEALED_S):
                 missing.append(f"ranks not done {HEALED_S:.0f} s after healing (killed)")
-            return Outcome(scenario, _records(directory), missing)
+            return Outcome(scenario, fault.name, _records(directory), missing)
         finally:
             _kill(ranks)
 
@@ -116,7 +125,7 @@ def _first_line(text: str) -> str:
 
 
 def report(outcome: Outcome) -> str:
-    lines = [f"== {outcome.scenario}"]
+    lines = [f"== {outcome.scenario} / {outcome.fault}"]
     for record in outcome.records:  # each rank's in the order it made its calls
         result = "ok" if record["ok"] else f"{record['error_type']}: {_first_line(record['error'])}"
         lines.append(f"rank {record['rank']}  {record['phase']:<18} {record['seconds']:7.2f} s  {result}")
@@ -128,21 +137,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suites.faults.measure", description=__doc__.split("\n")[0])
     parser.add_argument("--scenario", default="gloo,tensorpipe",
                         help=f"comma-separated, of {', '.join(SCENARIOS)} (default gloo,tensorpipe)")
+    parser.add_argument("--fault", default="partition",
+                        help=f"comma-separated, of {', '.join(f.name for f in FAULTS)} (default partition)")
     parser.add_argument("--json", metavar="PATH", help="also write every record as JSON here")
     args = parser.parse_args(argv)
     scenarios = [s for s in args.scenario.split(",") if s]
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+    try:
+        faults = named(args.fault)
+    except ValueError as exc:
+        parser.error(str(exc))
     reason = unavailable_reason()
     if reason is not None:
         print(f"cannot measure: {reason}", file=sys.stderr)
         return 4
     outcomes = []
     for scenario in scenarios:
-        outcome = measure(scenario)
-        outcomes.append(outcome)
-        print(report(outcome), flush=True)
+        for fault in faults:
+            outcome = measure(scenario, fault)
+            outcomes.append(outcome)
+            print(report(outcome), flush=True)
     if args.json:
         with open(args.json, "w") as out:
             json.dump([outcome.__dict__ for outcome in outcomes], out, indent=1)
