@@ -34,7 +34,7 @@ TP_WORKER_THREADS = 1024  # profiled requests each baseline worker can answer (s
 
 
 class TensorPipeBaseline:
-    """TensorPipe's event multiset per (world size, workload, mode, options), sampled once per session."""
+    """TensorPipe's event multiset per (world size, workload, call mode, options), sampled once per session."""
 
     def __init__(self, config):
         self.config = config
@@ -58,18 +58,19 @@ class TensorPipeBaseline:
             self.worlds[world_size] = (world, init_dir)
         return self.worlds[world_size][0]
 
-    def get(self, world_size: int, workload: str, mode: str, **options) -> parity.Baseline:
-        """What an agent must record for ``workload`` in ``mode``: TensorPipe's samples read by parity's rule."""
-        key = (world_size, workload, mode, tuple(sorted(options.items())))
+    def get(self, world_size: int, workload: str, rpc_call: str, **options) -> parity.Baseline:
+        """What an agent must record for ``workload`` called the ``rpc_call`` way: TensorPipe's samples read by
+        parity's rule."""
+        key = (world_size, workload, rpc_call, tuple(sorted(options.items())))
         if key not in self.cache:
             world = self.world(world_size)
-            world.run(capture.profile_workload, "tensorpipe", workload, mode, warmup=1, **options)
+            world.run(capture.profile_workload, "tensorpipe", workload, rpc_call, warmup=1, **options)
 
             def sample():
-                out = world.run(capture.profile_workload, "tensorpipe", workload, mode, **options)[0]
+                out = world.run(capture.profile_workload, "tensorpipe", workload, rpc_call, **options)[0]
                 return parity.multiset(out["events"])
 
-            self.cache[key] = parity.take_baseline(sample, racing=WORKLOADS[workload].races(mode))
+            self.cache[key] = parity.take_baseline(sample, racing=WORKLOADS[workload].races(rpc_call))
         return self.cache[key]
 
     def close(self) -> None:
