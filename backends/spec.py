@@ -153,17 +153,19 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
         "a named RPC capability",
         ("async_execution", "async_future_exception", "custom_exception_type", "device_maps", "fault_injection",
          "rref_to_owner_before_created", "torchscript", "unused_send_function", "wait_all_early_error")),
-    "rpc_call": Requirement("how an RPC is made", ("rpc_sync", "rpc_async", "remote", "rref_method")),
+    "rpc_call": Requirement(
+        "how an RPC is made: rpc_sync, rpc_async, remote, or rref_method (a method of an RRef's value through "
+        "rref.rpc_sync()); the modes of suites/rpc/call_modes.py's table, which the rpc, profiling and stress "
+        "code sweep (add_value_source)", ("rpc_sync", "rpc_async", "remote", "rref_method"), parameter=True),
     "workload": Requirement("a profiling workload of suites/profiling/workloads.py (or concurrent_calls)",
                             parameter=True),
-    "mode": Requirement("how a profiling workload is called", ("sync", "async", "remote"), parameter=True),
     # DDP implementations (suites/ddp/impls.py)
     "impl": Requirement("DDP implementation", ("torch", "reference"), parameter=True),
 }
 
 # Closed keys whose further values another module defines, one that imports this one (so this one
 # cannot import it): suites/collectives.py's table supplies its families and forms, entries a
-# plugin adds at run time included. key -> functions returning values, read at every check.
+# plugin adds at run time included; suites/rpc/call_modes.py its RPC call modes. key -> functions returning values, read at every check.
 _VALUE_SOURCES: dict[str, list[Callable[[], Iterable[str]]]] = {}
 
 
@@ -253,8 +255,8 @@ def check_requirement_keys(need: Mapping[str, object], where: str) -> None:
 def parameter_requirements(params: Mapping[str, object]) -> dict[str, object]:
     """The requirements a case's parameters state: those named like a PARAMETER_KEYS key, with a
     value of that key (normalised). A closed key's parameter with another value means something
-    else in that test (suites/ddp's ``mode=small_buckets``, a torch function name as
-    ``collective``) and states nothing; the case's needs() markers say what it needs."""
+    else in that test (a torch function name as ``collective``) and states nothing; the case's
+    needs() markers say what it needs."""
     need: dict[str, object] = {}
     for key in PARAMETER_KEYS:
         if key not in params:
