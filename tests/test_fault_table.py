@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.hosts import Traffic
-from suites.faults import measure
+from suites.faults import measure, measure_rank
 from suites.faults.table import FAULTS, PLANES, TABLE, Fault, Target, named
 
 
@@ -60,3 +60,15 @@ def test_measure_names_an_unknown_fault(capsys):
     with pytest.raises(SystemExit):
         measure.main(["--fault", "sideways"])
     assert "unknown fault(s) sideways" in capsys.readouterr().err
+
+
+def test_figures_give_the_ratio_to_the_timeout():
+    outcome = measure.Outcome("gloo", "partition", [
+        {"rank": 0, "phase": "faulted", "ok": False, "seconds": 4.01, "error_type": "RuntimeError",
+         "error": "Timed out waiting 4000ms\nmore"},
+        {"rank": 1, "phase": "healed-1", "ok": True, "seconds": 0.0}], ["rank(s) [1] still in their first call"])
+    rows = measure.figures([outcome])
+    assert rows[0]["ratio_to_timeout"] == round(4.01 / measure_rank.PG_TIMEOUT_S, 3)
+    assert rows[0]["error"] == "Timed out waiting 4000ms" and rows[1]["ok"] and rows[1]["error"] == ""
+    assert rows[2]["phase"] == "not done" and not rows[2]["ok"]
+    assert all(set(row) == set(measure.CSV_COLUMNS) for row in rows)

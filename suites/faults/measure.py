@@ -18,6 +18,7 @@ Needs root and ``ip netns``; nftables for the drop (tc otherwise). Not a conform
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import signal
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from fixtures.hosts import SimulatedHosts, unavailable_reason
-from suites.faults.measure_rank import PAYLOAD_ENV
+from suites.faults.measure_rank import PAYLOAD_ENV, PG_TIMEOUT_S, RPC_TIMEOUT_S
 from suites.faults.table import FAULTS, Fault, Target, named
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -120,6 +121,27 @@ def measure(scenario: str, fault: Fault) -> Outcome:
             _kill(ranks)
 
 
+TIMEOUT_S = {"gloo": PG_TIMEOUT_S, "gloo-lazy": PG_TIMEOUT_S, "tensorpipe": RPC_TIMEOUT_S}
+CSV_COLUMNS = ("scenario", "fault", "rank", "phase", "seconds", "timeout_s", "ratio_to_timeout", "ok",
+               "error_type", "error")
+
+
+def figures(outcomes: list[Outcome]) -> list[dict]:
+    """One row per timed call: how long it took against the configured timeout, and what it raised."""
+    rows = []
+    for outcome in outcomes:
+        timeout = TIMEOUT_S[outcome.scenario]
+        for record in outcome.records:
+            rows.append({"scenario": outcome.scenario, "fault": outcome.fault, "rank": record["rank"],
+                         "phase": record["phase"], "seconds": record["seconds"], "timeout_s": timeout,
+                         "ratio_to_timeout": round(record["seconds"] / timeout, 3), "ok": record["ok"],
+                         "error_type": record.get("error_type", ""), "error": _first_line(record.get("error", ""))})
+        rows.extend({"scenario": outcome.scenario, "fault": outcome.fault, "rank": "", "phase": "not done",
+                     "seconds": "", "timeout_s": timeout, "ratio_to_timeout": "", "ok": False, "error_type": "",
+                     "error": text} for text in outcome.missing)
+    return rows
+
+
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
@@ -140,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", default="partition",
                         help=f"comma-separated, of {', '.join(f.name for f in FAULTS)} (default partition)")
     parser.add_argument("--json", metavar="PATH", help="also write every record as JSON here")
+    parser.add_argument("--csv", metavar="PATH", help="also write the figures (one row per call: seconds, "
+                        "ratio to the timeout, error) as CSV here")
     args = parser.parse_args(argv)
     scenarios = [s for s in args.scenario.split(",") if s]
     unknown = [s for s in scenarios if s not in SCENARIOS]
@@ -162,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as out:
             json.dump([outcome.__dict__ for outcome in outcomes], out, indent=1)
+    if args.csv:
+        with open(args.csv, "w", newline="") as out:
+            writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
+            writer.writeheader()
+            writer.writerows(figures(outcomes))
     return 0
 
 
