@@ -8,6 +8,8 @@ call's time and error. Scenarios:
 
 - ``gloo``: a group whose connections exist, timeout 4 s;
 - ``tensorpipe``: ``rpc_sync`` over TensorPipe's uv transport, ``rpc_timeout`` 3 s;
+- ``reference``, ``reference-tp``: the reference backend (interface from ``DISTCONFORM_REFERENCE_IFNAME``) and
+  the reference agent (``TP_SOCKET_IFNAME``) in gloo's and TensorPipe's places;
 - ``gloo-lazy``: ``TORCH_GLOO_LAZY_INIT=1``, the first collective after the partition (slow: about 20 s,
   and rank 1 may never return; only when named).
 
@@ -33,11 +35,11 @@ from suites.faults.measure_rank import PAYLOAD_ENV, PG_TIMEOUT_S, RPC_TIMEOUT_S
 from suites.faults.table import FAULTS, Fault, Target, named
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCENARIOS = ("gloo", "tensorpipe", "gloo-lazy")
+SCENARIOS = ("gloo", "tensorpipe", "gloo-lazy", "reference", "reference-tp")
 MASTER_PORT = "29500"  # free by construction: host 0's namespace is new
 READY_S = 120.0  # importing torch on a loaded 2-core machine
 # how long the calls under the partition may take, per scenario: the timeout, its slack, and gloo-lazy's 5x
-PARTITION_S = {"gloo": 20.0, "tensorpipe": 15.0, "gloo-lazy": 45.0}
+PARTITION_S = {"gloo": 20.0, "tensorpipe": 15.0, "gloo-lazy": 45.0, "reference": 20.0, "reference-tp": 15.0}
 HEALED_S = 40.0  # six RPCs of at most 3 s each, or two collectives that fail at once
 
 
@@ -121,7 +123,8 @@ def measure(scenario: str, fault: Fault) -> Outcome:
             _kill(ranks)
 
 
-TIMEOUT_S = {"gloo": PG_TIMEOUT_S, "gloo-lazy": PG_TIMEOUT_S, "tensorpipe": RPC_TIMEOUT_S}
+TIMEOUT_S = {"gloo": PG_TIMEOUT_S, "gloo-lazy": PG_TIMEOUT_S, "tensorpipe": RPC_TIMEOUT_S, "reference": PG_TIMEOUT_S,
+             "reference-tp": RPC_TIMEOUT_S}
 CSV_COLUMNS = ("scenario", "fault", "rank", "phase", "seconds", "timeout_s", "ratio_to_timeout", "ok",
                "error_type", "error")
 

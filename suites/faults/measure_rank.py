@@ -66,11 +66,13 @@ def _numel() -> int:
     return max(1, int(os.environ.get(PAYLOAD_ENV, "4096")) // 4)  # float32
 
 
-def gloo(recorder: Recorder, rank: int, lazy: bool) -> None:
+def gloo(recorder: Recorder, rank: int, lazy: bool, backend: str = "gloo") -> None:
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=PG_TIMEOUT_S))
+    if backend == "reference":
+        import backends.reference  # noqa: F401  (registers it)
+    dist.init_process_group(backend, rank=rank, world_size=2, timeout=timedelta(seconds=PG_TIMEOUT_S))
     tensor = torch.ones(_numel())
 
     def all_reduce() -> None:
@@ -88,11 +90,17 @@ def gloo(recorder: Recorder, rank: int, lazy: bool) -> None:
         recorder.timed(f"healed-{attempt}", all_reduce)
 
 
-def tensorpipe(recorder: Recorder, rank: int) -> None:
+def tensorpipe(recorder: Recorder, rank: int, agent: str = "tensorpipe") -> None:
     import torch
-    import torch.distributed.rpc as rpc
 
-    options = rpc.TensorPipeRpcBackendOptions(rpc_timeout=RPC_TIMEOUT_S, _transports=["uv"], _channels=["basic"])
+    if agent == "tensorpipe":
+        import torch.distributed.rpc as rpc
+
+        options = rpc.TensorPipeRpcBackendOptions(rpc_timeout=RPC_TIMEOUT_S, _transports=["uv"], _channels=["basic"])
+    else:  # the reference agent of that name, its transport on TP_SOCKET_IFNAME's address as TensorPipe's
+        import backends.reference.rpc as rpc  # type: ignore[no-redef]
+
+        options = rpc.ReferenceRpcBackendOptions(agent=agent, rpc_timeout=RPC_TIMEOUT_S)
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2, rpc_backend_options=options)
     peer = f"worker{1 - rank}"
     payload = torch.ones(_numel())
@@ -118,12 +126,12 @@ def main(argv: list[str]) -> int:
     scenario, rank, directory = argv[0], int(argv[1]), argv[2]
     _die_with_parent()
     recorder = Recorder(directory, rank)
-    if scenario == "gloo":
-        gloo(recorder, rank, lazy=False)
+    if scenario in ("gloo", "reference"):
+        gloo(recorder, rank, lazy=False, backend=scenario)
     elif scenario == "gloo-lazy":
         gloo(recorder, rank, lazy=True)
-    elif scenario == "tensorpipe":
-        tensorpipe(recorder, rank)
+    elif scenario in ("tensorpipe", "reference-tp"):
+        tensorpipe(recorder, rank, agent=scenario)
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     recorder.mark("done")
