@@ -21,9 +21,14 @@ Calls that hit one of the backend's declared gaps (the same requirement keys
 as the other suites: collective, op, dtype, layout, form, split, shape,
 feature="subgroups") are never drawn.
 
-Options and reproduction:
+Every run first checks the pinned calls (``pinned_calls``): one per seeded
+bug of tests/seeded/ this clause catches, so those are caught on every run,
+not by luck of the draw.
 
-* ``--differential-examples N`` (default 200): calls per backend and world size.
+Options and reproduction (the runner: suites/differential.py):
+
+* ``--hypothesis-profile ci|thorough``: calls per backend and world size,
+  200 (``ci``, the default) or 2000 (fixtures/hypothesis_profiles.py).
 * ``--hypothesis-seed N``: the same calls every run (hypothesis's own option).
   Without it each run draws new calls; the example database is off.
 * A failure shrinks to a minimal call and prints it as ``Call(...)``; rerun
@@ -37,34 +42,15 @@ Options and reproduction:
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fixtures.errors import RankError, WorldError
-from suites import values
-from suites import collectives
+from suites import collectives, values
+from suites.differential import explore, replayed, run_on_world
 from suites.c10d.differential import (LAYOUTS, SHAPE_CLASSES, Call, expected_of, need_of, operations, ops_for,
                                       run_on_rank, sentinel, splits_of)
 from suites.checks import expect_tensor
-
-REPLAY_ENV = "DISTCONFORM_REPLAY"
-
-
-class WorldLost(BaseException):
-    """The world died (a rank crashed or hung) on a call.
-
-    A BaseException, so hypothesis lets it through at once instead of
-    shrinking on a dead world; pytest reports it as the test's failure.
-    """
-
-
-class CallFailed(Exception):
-    """A rank raised on a call (the world survived and was reset); hypothesis shrinks it."""
-
 
 # ------------------------------------------------------------ strategy
 def allowed_combos(spec, world_size: int) -> list[tuple]:
@@ -189,19 +175,7 @@ def check_call(world, call: Call, note: str = "") -> None:
     """Run ``call`` in ``world`` and compare every rank's tensors with the oracle's."""
     __tracebackhide__ = True  # the failure is the message (with the call), not this function's lines
     where = f"\nfailing call: {call!r}\nreplay: {call.replay_command(world.plugins)}{note}"
-    try:
-        results = world.run(run_on_rank, call)
-    except RankError as exc:
-        if world.alive and world.tainted:
-            try:
-                world.reset()  # fresh process groups, so the next (shrunk) call starts clean
-            except WorldError as reset_error:
-                raise WorldLost(f"{exc}\n(resetting the world afterwards failed: {reset_error}){where}") from None
-        if not world.alive:
-            raise WorldLost(f"{exc}{where}") from None
-        raise CallFailed(f"{exc}{where}") from None
-    except WorldError as exc:  # a rank died or the deadline expired: the world is gone
-        raise WorldLost(f"{exc}{where}") from None
+    results = run_on_world(world, where, run_on_rank, call)
     expected = expected_of(call)
     try:
         for rank, (got, want) in enumerate(zip(results, expected.per_rank)):
@@ -218,28 +192,52 @@ def check_call(world, call: Call, note: str = "") -> None:
         raise AssertionError(f"{exc}{where}") from None
 
 
+# ------------------------------------------------------------ pins
+def pinned_calls(world_size: int, backend: str) -> list[Call]:
+    """The calls the seeded bugs of tests/seeded/ need, each run before any drawn one (those outside the
+    backend's declared gaps: the clause drops the rest). The bugs each call catches are named beside it."""
+    n, last = world_size, world_size - 1
+    # asymmetric uneven splits: rank i sends (i + 2j + 1) % 4 rows to rank j, receives (j + 2i + 1) % 4 from it
+    uneven = tuple(tuple((i + 2 * j + 1) % 4 for j in range(n)) for i in range(n))
+
+    def call(operation: str, op: str | None, dtype: str = "float32", shape: tuple = (4,), **fields) -> Call:
+        return Call(operation=operation, op=op, dtype=dtype, shape=shape, seed=1, world_size=n, backend=backend,
+                    **fields)
+
+    pins = [
+        call("all_reduce", "sum"),  # allreduce_misses_last_rank, native_skip_last_rank
+        call("all_reduce", "avg"),  # avg_as_sum
+        call("all_reduce", "max", "int32"),  # reduce_op_ignored, reference_wrong_reduce_op
+        call("all_reduce", "sum", "int64"),  # int64_through_float64
+        call("all_reduce", "avg", group=tuple(range(max(1, last)))),  # subgroup_avg_by_world_size
+        call("reduce", "sum", root=last),  # reduce_to_rank_zero
+        call("broadcast", None, "uint8", (8,), root=last),  # broadcast_wrong_root, uint8_saturates_at_127
+        call("all_gather", None),  # all_gather_wrong_order, reference_lost_chunk
+        call("all_gather", None, layout="non_contiguous"),  # non_contiguous_lost
+        call("all_gather_into_tensor", None),  # allgather_base_reversed
+        call("gather", None, root=last),  # gather_list_reversed
+        call("scatter", None, root=last),  # scatter_ignores_root_order
+        call("reduce_scatter_tensor", "sum"),  # reduce_scatter_wrong_chunk
+        call("reduce_scatter_tensor", "avg"),  # reduce_scatter_base_avg_as_sum
+        call("all_to_all_single", None, shape=(0,), splits=uneven),  # all_to_all_splits_ignored, _swapped
+    ]
+    if n >= 3:  # a subgroup without rank 0, rooted at its last member: the smallest world that shows it
+        pins.append(call("broadcast", None, root=last, group=tuple(range(1, n))))  # subgroup_root_translated_twice
+    return pins
+
+
 # ------------------------------------------------------------------ clause
-def test_differential(world, backend_spec, request):
+def test_differential(world, backend_spec):
     """Generated collective calls (op, dtype, shape, layout, root, subgroup) match the reference semantics."""
-    replay = os.environ.get(REPLAY_ENV)
-    if replay:
-        call = eval(replay, {"Call": Call})  # noqa: S307 - the user's own reproducer
+    call = replayed(Call)
+    if call is not None:
         if (call.backend, call.world_size) != (backend_spec.name, world.world_size):
-            pytest.skip(f"{REPLAY_ENV} replays a call for {call.backend} at world size {call.world_size}")
+            pytest.skip(f"DISTCONFORM_REPLAY replays a call for {call.backend} at world size {call.world_size}")
         gap = backend_spec.gap_for(**call.need())
         check_call(world, call, f"\n(the call hits a declared gap of {call.backend}: {gap.reason})" if gap else "")
         return
     combos = allowed_combos(backend_spec, world.world_size)
     if not combos:
         pytest.skip(f"{backend_spec.name}: every generated call would hit a declared gap")
-    strategy = calls(combo_tree(combos), world.world_size, backend_spec.name)
-
-    # no explain phase: the lines it would point at are the harness's, not the backend's
-    @settings(max_examples=request.config.getoption("differential_examples"), deadline=None, database=None,
-              phases=(Phase.explicit, Phase.generate, Phase.shrink),
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-    @given(data=st.data())
-    def differential(data):
-        check_call(world, data.draw(strategy, label="call"))
-
-    differential()
+    pins = [pin for pin in pinned_calls(world.world_size, backend_spec.name) if backend_spec.gap_for(**pin.need()) is None]
+    explore(calls(combo_tree(combos), world.world_size, backend_spec.name), lambda call: check_call(world, call), pins)
