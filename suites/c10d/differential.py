@@ -52,7 +52,7 @@ _SENTINEL = {"bool": True, "uint8": 251}
 
 @dataclass(frozen=True)
 class Call:
-    """One collective call on a world; its repr rebuilds it (``differential.parse_example``).
+    """One collective call on a world; its repr rebuilds it (suites/differential.py ``parse_example``).
 
     shape: what one rank contributes per destination / per list entry (the
       in-place tensor for all_reduce, reduce, broadcast; the single-form
