@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import ast
 import os
+import types
+import typing
 from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import Any
@@ -110,25 +112,38 @@ def parse_example(text: str, kind: type) -> Any:
     """
     try:
         tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError as exc:
-        raise BadReplay(f"{REPLAY_ENV} is not a Python expression ({exc.msg}): {text!r}") from None
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:  # ValueError: a NUL byte
+        raise BadReplay(f"{REPLAY_ENV} is not a Python expression ({getattr(exc, 'msg', exc)}): {text[:200]!r}") from None
     if not (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name)):
         raise BadReplay(f"{REPLAY_ENV} must be an example's repr, Kind(field=value, ...): {text!r}")
     if tree.func.id != kind.__name__:
         raise OtherExample(tree.func.id)
     if tree.args or any(keyword.arg is None for keyword in tree.keywords):
         raise BadReplay(f"{REPLAY_ENV}: {kind.__name__}(...) takes its fields by name, as its repr prints them")
+    hints = typing.get_type_hints(kind)
     fields = {}
     for keyword in tree.keywords:
         try:
-            fields[keyword.arg] = ast.literal_eval(keyword.value)
-        except ValueError:
+            value = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, MemoryError, RecursionError):  # TypeError: {[1]: 2}, an unhashable key
             raise BadReplay(f"{REPLAY_ENV}: field {keyword.arg!r} of {kind.__name__} is not a literal: "
-                            f"{ast.unparse(keyword.value)}") from None
+                            f"{ast.unparse(keyword.value)[:200]}") from None
+        if keyword.arg in hints and not _is_a(value, hints[keyword.arg]):
+            expected = getattr(hints[keyword.arg], "__name__", str(hints[keyword.arg]))
+            raise BadReplay(f"{REPLAY_ENV}: field {keyword.arg!r} of {kind.__name__} must be {expected}, "
+                            f"not {type(value).__name__}: {value!r:.200}")
+        fields[keyword.arg] = value
     try:
         return kind(**fields)
     except TypeError as exc:
         raise BadReplay(f"{REPLAY_ENV}: {exc}") from None
+
+
+def _is_a(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the field type ``hint`` (a class, or a union of classes and None)."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+        else (hint,)
+    return any(isinstance(value, typing.get_origin(option) or option) for option in options)
 
 
 class OtherExample(Exception):
