@@ -29,6 +29,7 @@ import os
 import types
 import typing
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -71,14 +72,22 @@ def run_on_world(world, where: str, fn: Callable, *args: Any) -> list:
         raise WorldLost(f"{exc}{where}") from None
 
 
+@dataclass(frozen=True)
+class Pin:
+    """An example run before any drawn one, and the seeded bugs of tests/seeded/ it catches (their module names)."""
+
+    example: Any
+    catches: tuple[str, ...]
+
+
 def budget(share: Fraction = Fraction(1)) -> int:
     """Examples to draw: ``share`` of the current profile's ``max_examples`` (at least one)."""
     return max(1, int(settings().max_examples * share))
 
 
-def explore(strategy: st.SearchStrategy, check: Callable[[Any], None], pins: Iterable = (),
+def explore(strategy: st.SearchStrategy, check: Callable[[Any], None], pins: Iterable[Pin] = (),
             share: Fraction = Fraction(1)) -> None:
-    """Run ``check`` on each of ``pins``, then on ``budget(share)`` drawn examples; shrink a failure.
+    """Run ``check`` on the example of each of ``pins``, then on ``budget(share)`` drawn examples; shrink a failure.
 
     The example database is off (an example is only meaningful for the backend
     and world it was drawn for) and so is the explain phase (the lines it would
@@ -94,7 +103,7 @@ def explore(strategy: st.SearchStrategy, check: Callable[[Any], None], pins: Ite
         check(drawn)
 
     for pin in reversed(list(pins)):  # hypothesis runs explicit examples in decorator order, top first
-        differential = example(drawn=pin)(differential)
+        differential = example(drawn=pin.example)(differential)
     differential()
 
 

@@ -13,9 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixtures.hypothesis_profiles import BUDGETS, CI, THOROUGH
+from backends.spec import check_requirement_keys
+from suites.c10d import differential as c10d
 from suites.c10d.differential import Call
+from suites.c10d.test_differential import pinned_calls
+from suites.ddp import differential as ddp
 from suites.ddp.differential import Case
-from suites.ddp.test_differential import RUN_COST
+from suites.ddp.test_differential import RUN_COST, pinned_cases
+from tests.seeded.registry import BUGS
 from suites.differential import REPLAY_ENV, BadReplay, OtherExample, budget, parse_example, replayed
 
 CALL = Call(operation="all_to_all_single", op=None, dtype="int64", shape=(0, 2), layout="non_contiguous",
@@ -93,3 +98,23 @@ def test_the_profiles_budgets(profile, calls, ddp_runs):
 def test_ci_is_the_profile_a_run_starts_with(request):
     chosen = request.config.getoption("--hypothesis-profile")
     assert settings.get_current_profile_name() == (chosen or CI)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_every_pin_is_a_valid_example_naming_seeded_bugs(world_size):
+    """A pin names bugs of tests/seeded/registry.py and is an example the oracle can judge (its expectation computes).
+
+    That each catches its bugs is checked by running the clause on them with a profile of explicit examples
+    only (docs/contract.md, differential testing)."""
+    known = {bug.name for bug in BUGS}
+    pins = pinned_calls(world_size, "gloo") + pinned_cases(world_size, (True, False))
+    for pin in pins:
+        assert pin.catches and set(pin.catches) <= known, pin
+    for pin in pinned_calls(world_size, "gloo"):
+        check_requirement_keys(pin.example.need(), f"pin {pin.example!r}")
+        assert len(c10d.expected_of(pin.example).per_rank) == world_size
+    for pin in pinned_cases(world_size, (True, False)):
+        assert pin.example.world_size == world_size
+        ddp.expected_of(pin.example)
+    caught = [bug for pin in pins for bug in pin.catches]
+    assert len(caught) == len(set(caught)), "a bug pinned twice"

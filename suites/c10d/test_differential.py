@@ -27,8 +27,9 @@ not by luck of the draw.
 
 Options and reproduction (the runner: suites/differential.py):
 
-* ``--hypothesis-profile ci|thorough``: calls per backend and world size,
-  200 (``ci``, the default) or 2000 (fixtures/hypothesis_profiles.py).
+* ``--hypothesis-profile ci|thorough|pins``: calls per backend and world
+  size, 200 (``ci``, the default), 2000, or the pins alone
+  (fixtures/hypothesis_profiles.py).
 * ``--hypothesis-seed N``: the same calls every run (hypothesis's own option).
   Without it each run draws new calls; the example database is off.
 * A failure shrinks to a minimal call and prints it as ``Call(...)``; rerun
@@ -47,7 +48,7 @@ import torch
 from hypothesis import strategies as st
 
 from suites import collectives, values
-from suites.differential import explore, replayed, run_on_world
+from suites.differential import Pin, explore, replayed, run_on_world
 from suites.c10d.differential import (LAYOUTS, SHAPE_CLASSES, Call, expected_of, need_of, operations, ops_for,
                                       run_on_rank, sentinel, splits_of)
 from suites.checks import expect_tensor
@@ -193,36 +194,38 @@ def check_call(world, call: Call, note: str = "") -> None:
 
 
 # ------------------------------------------------------------ pins
-def pinned_calls(world_size: int, backend: str) -> list[Call]:
+def pinned_calls(world_size: int, backend: str) -> list[Pin]:
     """The calls the seeded bugs of tests/seeded/ need, each run before any drawn one (those outside the
-    backend's declared gaps: the clause drops the rest). The bugs each call catches are named beside it."""
+    backend's declared gaps: the clause drops the rest), with the bugs each catches."""
     n, last = world_size, world_size - 1
     # asymmetric uneven splits: rank i sends (i + 2j + 1) % 4 rows to rank j, receives (j + 2i + 1) % 4 from it
     uneven = tuple(tuple((i + 2 * j + 1) % 4 for j in range(n)) for i in range(n))
 
-    def call(operation: str, op: str | None, dtype: str = "float32", shape: tuple = (4,), **fields) -> Call:
-        return Call(operation=operation, op=op, dtype=dtype, shape=shape, seed=1, world_size=n, backend=backend,
-                    **fields)
+    def pin(catches: tuple[str, ...], operation: str, op: str | None, dtype: str = "float32", shape: tuple = (4,),
+            **fields) -> Pin:
+        return Pin(Call(operation=operation, op=op, dtype=dtype, shape=shape, seed=1, world_size=n, backend=backend,
+                        **fields), catches)
 
     pins = [
-        call("all_reduce", "sum"),  # allreduce_misses_last_rank, native_skip_last_rank
-        call("all_reduce", "avg"),  # avg_as_sum
-        call("all_reduce", "max", "int32"),  # reduce_op_ignored, reference_wrong_reduce_op
-        call("all_reduce", "sum", "int64"),  # int64_through_float64
-        call("all_reduce", "avg", group=tuple(range(max(1, last)))),  # subgroup_avg_by_world_size
-        call("reduce", "sum", root=last),  # reduce_to_rank_zero
-        call("broadcast", None, "uint8", (8,), root=last),  # broadcast_wrong_root, uint8_saturates_at_127
-        call("all_gather", None),  # all_gather_wrong_order, reference_lost_chunk
-        call("all_gather", None, layout="non_contiguous"),  # non_contiguous_lost
-        call("all_gather_into_tensor", None),  # allgather_base_reversed
-        call("gather", None, root=last),  # gather_list_reversed
-        call("scatter", None, root=last),  # scatter_ignores_root_order
-        call("reduce_scatter_tensor", "sum"),  # reduce_scatter_wrong_chunk
-        call("reduce_scatter_tensor", "avg"),  # reduce_scatter_base_avg_as_sum
-        call("all_to_all_single", None, shape=(0,), splits=uneven),  # all_to_all_splits_ignored, _swapped
+        pin(("allreduce_misses_last_rank", "native_skip_last_rank"), "all_reduce", "sum"),
+        pin(("avg_as_sum",), "all_reduce", "avg"),
+        pin(("reduce_op_ignored", "reference_wrong_reduce_op"), "all_reduce", "max", "int32"),
+        pin(("int64_through_float64",), "all_reduce", "sum", "int64"),
+        pin(("subgroup_avg_by_world_size",), "all_reduce", "avg", group=tuple(range(max(1, last)))),
+        pin(("reduce_to_rank_zero",), "reduce", "sum", root=last),
+        pin(("broadcast_wrong_root", "uint8_saturates_at_127"), "broadcast", None, "uint8", (8,), root=last),
+        pin(("all_gather_wrong_order", "reference_lost_chunk"), "all_gather", None),
+        pin(("non_contiguous_lost",), "all_gather", None, layout="non_contiguous"),
+        pin(("allgather_base_reversed",), "all_gather_into_tensor", None),
+        pin(("gather_list_reversed",), "gather", None, root=last),
+        pin(("scatter_ignores_root_order",), "scatter", None, root=last),
+        pin(("reduce_scatter_wrong_chunk",), "reduce_scatter_tensor", "sum"),
+        pin(("reduce_scatter_base_avg_as_sum",), "reduce_scatter_tensor", "avg"),
+        pin(("all_to_all_splits_ignored", "all_to_all_splits_swapped"), "all_to_all_single", None, shape=(0,),
+            splits=uneven),
     ]
     if n >= 3:  # a subgroup without rank 0, rooted at its last member: the smallest world that shows it
-        pins.append(call("broadcast", None, root=last, group=tuple(range(1, n))))  # subgroup_root_translated_twice
+        pins.append(pin(("subgroup_root_translated_twice",), "broadcast", None, root=last, group=tuple(range(1, n))))
     return pins
 
 
@@ -239,5 +242,6 @@ def test_differential(world, backend_spec):
     combos = allowed_combos(backend_spec, world.world_size)
     if not combos:
         pytest.skip(f"{backend_spec.name}: every generated call would hit a declared gap")
-    pins = [pin for pin in pinned_calls(world.world_size, backend_spec.name) if backend_spec.gap_for(**pin.need()) is None]
+    pins = [pin for pin in pinned_calls(world.world_size, backend_spec.name)
+            if backend_spec.gap_for(**pin.example.need()) is None]
     explore(calls(combo_tree(combos), world.world_size, backend_spec.name), lambda call: check_call(world, call), pins)

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from suites.ddp import impls
 from suites.ddp.common import expect_close
 from suites.ddp.differential import MODES, Case, expected_of, train_case
-from suites.differential import explore, replay_command, replayed, run_on_world
+from suites.differential import Pin, explore, replay_command, replayed, run_on_world
 
 pytestmark = pytest.mark.needs(feature="ddp")
 
@@ -56,17 +56,17 @@ def cases(draw, world_size: int, divide_modes=(True, False)) -> Case:
                 seed=draw(st.integers(0, 2**16)))
 
 
-def pinned_cases(world_size: int, divide_modes: tuple) -> list[Case]:
-    """The runs the seeded bugs of tests/seeded/ need, each trained before any drawn one; the bugs each catches
-    are named beside it."""
+def pinned_cases(world_size: int, divide_modes: tuple) -> list[Pin]:
+    """The runs the seeded bugs of tests/seeded/ need, each trained before any drawn one, with the bugs each
+    catches."""
     n = world_size
     uneven = tuple(min(4, n - rank) for rank in range(n))  # rank 0 trains longest; the others join early
-    pins = [
-        # ddp_drop_allreduce: one bucket per parameter (6 all_reduces an iteration) over 4 iterations
-        Case(widths=(2, 3, 3, 1), rows=(2,) * n, iterations=(4,) * n, mode="small_buckets", seed=1),
-    ]
-    if False in divide_modes:  # ddp_join_divide_factor: dividing by the ranks still running, not the world size
-        pins.append(Case(widths=(2, 1), rows=(1,) * n, iterations=uneven, divide_by_initial_world_size=False, seed=1))
+    # one bucket per parameter: 6 all_reduces an iteration over 4 iterations, so one of every 7 is among them
+    pins = [Pin(Case(widths=(2, 3, 3, 1), rows=(2,) * n, iterations=(4,) * n, mode="small_buckets", seed=1),
+                ("ddp_drop_allreduce",))]
+    if False in divide_modes:  # Join dividing by the ranks still running, not by the world size
+        pins.append(Pin(Case(widths=(2, 1), rows=(1,) * n, iterations=uneven, divide_by_initial_world_size=False,
+                             seed=1), ("ddp_join_divide_factor",)))
     return pins
 
 
