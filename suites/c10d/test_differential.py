@@ -48,10 +48,10 @@ import torch
 from hypothesis import strategies as st
 
 from suites import collectives, values
-from suites.differential import Pin, explore, replayed, run_on_world
 from suites.c10d.differential import (LAYOUTS, SHAPE_CLASSES, Call, expected_of, need_of, operations, ops_for,
                                       run_on_rank, sentinel, splits_of)
 from suites.checks import expect_tensor
+from suites.differential import REPLAY_ENV, Pin, explore, replayed, run_on_world
 
 # ------------------------------------------------------------ strategy
 def allowed_combos(spec, world_size: int) -> list[tuple]:
@@ -235,7 +235,7 @@ def test_differential(world, backend_spec):
     call = replayed(Call)
     if call is not None:
         if (call.backend, call.world_size) != (backend_spec.name, world.world_size):
-            pytest.skip(f"DISTCONFORM_REPLAY replays a call for {call.backend} at world size {call.world_size}")
+            pytest.skip(f"{REPLAY_ENV} replays a call for {call.backend} at world size {call.world_size}")
         gap = backend_spec.gap_for(**call.need())
         check_call(world, call, f"\n(the call hits a declared gap of {call.backend}: {gap.reason})" if gap else "")
         return

@@ -17,9 +17,9 @@ seeded bugs of tests/seeded/ this clause catches need.
 
 Options and reproduction (the runner: suites/differential.py):
 
-* ``--hypothesis-profile ci|thorough``: runs per implementation, backend and
+* ``--hypothesis-profile ci|thorough|pins``: runs per implementation, backend and
   world size, one per ``RUN_COST`` examples of the profile: 12 (``ci``, the
-  default) or 125 (fixtures/hypothesis_profiles.py); ``--hypothesis-seed N``
+  default), 125, or the pins alone (fixtures/hypothesis_profiles.py); ``--hypothesis-seed N``
   repeats a session's runs.
 * A failure shrinks to a minimal ``Case(...)`` and prints a command that
   replays exactly it through ``DISTCONFORM_REPLAY``.
@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from suites.ddp import impls
 from suites.ddp.common import expect_close
 from suites.ddp.differential import MODES, Case, expected_of, train_case
-from suites.differential import Pin, explore, replay_command, replayed, run_on_world
+from suites.differential import REPLAY_ENV, Pin, explore, replay_command, replayed, run_on_world
 
 pytestmark = pytest.mark.needs(feature="ddp")
 
@@ -93,7 +93,7 @@ def test_generated_runs_match_oracle(world, impl, backend_spec):
     case = replayed(Case)
     if case is not None:
         if case.world_size != world.world_size:
-            pytest.skip(f"DISTCONFORM_REPLAY replays a case for world size {case.world_size}")
+            pytest.skip(f"{REPLAY_ENV} replays a case for world size {case.world_size}")
         check_case(world, impl, case)
         return
 
