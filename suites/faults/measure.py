@@ -61,7 +61,7 @@ def _wait(predicate: object, bound_s: float) -> bool:
 
 
 def _records(directory: str) -> list[dict]:
-    found = []
+    found: list[dict] = []
     for rank in (0, 1):
         path = os.path.join(directory, f"rank{rank}.jsonl")
         if os.path.exists(path):

@@ -98,7 +98,7 @@ def tensorpipe(recorder: Recorder, rank: int, agent: str = "tensorpipe") -> None
 
         options = rpc.TensorPipeRpcBackendOptions(rpc_timeout=RPC_TIMEOUT_S, _transports=["uv"], _channels=["basic"])
     else:  # the reference agent of that name, its transport on TP_SOCKET_IFNAME's address as TensorPipe's
-        import backends.reference.rpc as rpc  # type: ignore[no-redef]
+        import backends.reference.rpc as rpc
 
         options = rpc.ReferenceRpcBackendOptions(agent=agent, rpc_timeout=RPC_TIMEOUT_S)
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2, rpc_backend_options=options)
