@@ -32,6 +32,7 @@ def _create(dist_options, backend_options):
         dist_options.group_size,
         dist_options.timeout,
         global_ranks=list(dist_options.global_ranks_in_group) or None,
+        enable_reconfigure=getattr(dist_options, "enable_reconfigure", False),  # torch 2.14 passes it
     )
 
 

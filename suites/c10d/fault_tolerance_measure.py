@@ -217,6 +217,19 @@ def reused_uuid(r: Rank, found: dict) -> None:
     r.barrier("reused_done")
 
 
+def refusals_after_reconfigure(r: Rank, found: dict) -> None:
+    """The refusals with the handles a reconfigured group gives (a reconfigure may change them)."""
+    r.init()
+    r.reconfigure(1100, r.handles("refusals"))
+    handles = r.handles("refusals_post")
+    others = [h for i, h in enumerate(handles) if i != r.rank]
+    for name, uuid, peers in (("own_handle_missing", 1103, others), ("a_handle_twice", 1102, handles + handles[:1]),
+                              ("no_handles", 1101, []), ("reused_uuid", 1100, handles)):
+        print(f"rank {r.rank}: {name}", file=sys.stderr, flush=True)
+        _try(found, name, lambda: r.reconfigure(uuid, peers))
+    found["after"] = _try(found, "facts", lambda: [*r.shape(), r.summed()])
+
+
 def not_member(r: Rank, found: dict) -> None:
     r.init()
     handles = r.handles("not_member")
@@ -341,7 +354,7 @@ def multi_backend(r: Rank, found: dict) -> None:
 
 
 SCENARIOS = {f.__name__: f for f in (all_handles, shrink_last, shrink_middle, scale_down_up, late_join, merge,
-                                     after_abort, after_timeout, reused_uuid, not_member, without_enable,
+                                     after_abort, after_timeout, reused_uuid, refusals_after_reconfigure, not_member, without_enable,
                                      enabled_options, hooks, py_backend, multi_backend)}
 
 
