@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
-                           SPLIT_NEEDS_ACCELERATOR, AfterTimeout, Availability, BackendSpec, Gap, ResourceBudget)
+                           SPLIT_NEEDS_ACCELERATOR, AfterTimeout, Availability, BackendSpec, ErrorsAfterFaults, Gap,
+                           ResourceBudget)
 
 from .process_group import ReferenceProcessGroup
 
@@ -92,6 +93,9 @@ DISTCONFORM_SPEC = BackendSpec(
     # a timed-out collective closes the group's connections (process_group.py, _close_after_timeout): the ranks
     # that timed out fail their next collective at once with 'the group is unusable after all_reduce
     # (collective #1) timed out', the rank that had stayed away with 'rank N closed the connection'
+    # torch 2.14's get_error() (backends/reference/fault_tolerance.py): COMM_ERROR after abort(), as NCCL2 reports
+    # it (torch's test_c10d_fault_tolerance.py); TIMEOUT after a timed-out collective
+    errors_after_faults=ErrorsAfterFaults(after_abort="COMM_ERROR", after_timeout="TIMEOUT"),
     after_timeout=AfterTimeout(usable=False, error=r"^RuntimeError: reference: .*(the group is unusable after .* "
                                                    r"timed out|rank \d+ closed the connection)"),
 )
