@@ -24,9 +24,10 @@ Nothing here exists before torch 2.14; the reference imports none of it there an
 
 from __future__ import annotations
 
+import importlib
 import uuid as uuids
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 HANDLE_PREFIX = "reference:"
 ERROR_TYPES = ("SUCCESS", "TIMEOUT", "COMM_ERROR", "REMOTE_ERROR")  # backends/spec.py ERROR_TYPES, as ErrorType
@@ -113,16 +114,16 @@ class OpHooks:
         op_id, self._next_op_id = self._next_op_id, self._next_op_id + 1  # counted with hooks or without
         if not self.pre and not self.post:
             return submit()
-        from torch._C._distributed_c10d import HookOpName, PostHookArgs, PreHookArgs
+        c10d: Any = importlib.import_module("torch._C._distributed_c10d")  # torch 2.14's names: untyped in 2.13's stubs
 
-        hook_name = getattr(HookOpName, HOOK_OP_NAMES.get(name, "UNKNOWN"))
-        before = PreHookArgs()
+        hook_name = getattr(c10d.HookOpName, HOOK_OP_NAMES.get(name, "UNKNOWN"))
+        before = c10d.PreHookArgs()
         before.name, before.op_id, before.async_op, before.root = hook_name, op_id, async_op, root
         before.input_tensors, before.output_tensors = list(inputs), list(outputs)
         for hook in list(self.pre.values()):
             hook(before)
         work = submit()
-        after = PostHookArgs()
+        after = c10d.PostHookArgs()
         after.name, after.op_id, after.async_op, after.work = hook_name, op_id, async_op, work
         for hook in list(self.post.values()):
             hook(after)

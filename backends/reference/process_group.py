@@ -207,7 +207,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         # 2 of 3, suites/c10d/test_dist2.py)
         self.store = store
         # with enable_reconfigure the communicator is made by the first reconfigure(), as gloo does
-        self.mesh: Mesh | None = None if enable_reconfigure else Mesh(store, rank, size, timeout, host=host)
+        self._mesh: Mesh | None = None if enable_reconfigure else Mesh(store, rank, size, timeout, host=host)
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._coalesced: list[ReferenceWork] | None = None  # between _start_coalescing and _end_coalescing
@@ -221,10 +221,17 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         _LIVE_GROUPS.add(self)
 
     def _start_worker(self) -> None:
-        self._jobs = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._work_loop, args=(self._jobs,),
                                         name=f"reference-worker-r{self._rank}", daemon=True)
         self._worker.start()
+
+    @property
+    def mesh(self) -> Mesh:
+        """The connections of the group's communicator (operations check _check_configured() first)."""
+        if self._mesh is None:
+            raise RuntimeError("reference: the group has no communicator yet (enable_reconfigure=True)")
+        return self._mesh
 
     def rank(self) -> int:
         return self._rank
@@ -876,8 +883,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
     def shutdown(self):
         self._jobs.put(None)
-        if self.mesh is not None:
-            self.mesh.close()
+        if self._mesh is not None:
+            self._mesh.close()
 
     def abort(self):
         self._faults.error = "COMM_ERROR"  # an explicit abort revokes the group, as NCCL2 reports it; no abort hooks
@@ -885,7 +892,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
     # ------------------------------------------- fault tolerance (torch 2.14)
     def _check_configured(self, what: str) -> None:
-        if self.mesh is None:
+        if self._mesh is None:
             raise RuntimeError(f"reference: {what}: the group has no communicator yet; call reconfigure() before "
                                "issuing operations when enable_reconfigure=True")
 
@@ -904,7 +911,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         self._used_uuids.add(opts.uuid)
         timeout = opts.timeout if opts.timeout is not None else self.timeout
         self.shutdown()  # the old worker finishes what it holds (failing it on the closed connections), then ends
-        self.mesh = Mesh(dist.PrefixStore(f"reference/reconfigure/{opts.uuid}", self.store), place.rank, place.size,
+        self._mesh = Mesh(dist.PrefixStore(f"reference/reconfigure/{opts.uuid}", self.store), place.rank, place.size,
                          timeout, host=self._host)
         self._rank, self._size = place.rank, place.size
         self.global_ranks = list(range(place.size))

@@ -17,7 +17,7 @@ class ReconfigureKeepsExcluded(ReferenceProcessGroup):
 
     def reconfigure(self, opts):
         place = fault_tolerance.membership(opts.uuid, opts.handles, self._handle, self._used_uuids)
-        if self.mesh is not None and place.size < self.size():  # BUG: the excluded ranks stay members
+        if self._mesh is not None and place.size < self.size():  # BUG: the excluded ranks stay members
             self._used_uuids.add(opts.uuid)
             work = ReferenceWork(f"reconfigure (uuid {opts.uuid})", self.timeout.total_seconds())
             work.complete([])
