@@ -99,6 +99,7 @@ FEATURES: dict[str, str | None] = {
     "get_error": None,  # Backend.get_error() -> ErrorType, as the spec's ErrorsAfterFaults declares
     "abort_hooks": None,  # Backend.register_abort_hook / unregister_abort_hook: called when a fault revokes the group
     "op_hooks": None,  # ProcessGroup.register_pre_hook / register_post_hook (PreHookArgs, PostHookArgs, HookOpName)
+    "mixed_string": None,  # init_process_group("cpu:<backend>,cuda:gloo") serves each device by its backend
 }
 
 # Element types by the name torch gives them (str(torch.float32) without "torch."), torch 2.13's
@@ -443,6 +444,16 @@ FAULT_TOLERANCE_API = {
 TORCH_RELEASE_GAPS: tuple["Gap", ...] = tuple(
     Gap({"feature": feature}, f"torch 2.14 adds {api}; this torch has none of it", outcome="skip", torch="<2.14")
     for feature, api in FAULT_TOLERANCE_API.items())
+
+# A backend written as a Python ProcessGroup (torch's only way before 2.14) in a mixed string: torch uses the object
+# itself as the group (distributed_c10d._new_process_group_helper: "This defaults to the old behavior for
+# PythonProcessGroups which overwrites the ProcessGroup instance"), so the string's other devices are dropped.
+PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE = Gap(
+    {"feature": "mixed_string"},
+    "a Python ProcessGroup becomes the whole group of a mixed string: 'cpu:<it>,cuda:gloo' gives the group itself "
+    "(get_backend() still names the string) and cuda has no backend ('RuntimeError: No backend type associated "
+    "with device type cuda'; torch 2.13 and 2.14.1). torch 2.14 constructs Python Backend subclasses, which are "
+    "routed per device (measured: 'cpu:mine,cuda:gloo' serves cpu by Mine, cuda by ProcessGroupGloo)")
 
 # ------------------------------------------------------------- backends
 @dataclass(frozen=True)

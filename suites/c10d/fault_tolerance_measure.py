@@ -339,6 +339,46 @@ def py_backend(r: Rank, found: dict) -> None:
     r.barrier("py_backend_done")
 
 
+def mixed_string(r: Rank, found: dict) -> None:
+    """Rank 0 alone: which backend serves each device of a mixed string, for a Python ProcessGroup (the reference)
+    and for a Python Backend subclass."""
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import Backend
+
+    if r.rank != 0:
+        return
+    import backends.reference  # noqa: F401  (registers "reference", a Python ProcessGroup)
+
+    class Mine(Backend):
+        def getBackendName(self):
+            return "mine"
+
+        def allreduce(self, tensors, opts=None):
+            for t in tensors:
+                t.mul_(10)
+            fut = torch.futures.Future()
+            fut.set_result(tensors)
+            return torch._C._distributed_c10d._create_work_from_future(fut)
+
+    dist.Backend.register_backend("mine", lambda opts, _: Mine(opts.group_rank, opts.group_size), extended_api=True,
+                                  devices=["cpu"])
+    for text in ("cpu:reference,cuda:gloo", "cpu:mine,cuda:gloo"):
+        seen: dict = {}
+        store = dist.HashStore()
+        dist.init_process_group(text, store=store, rank=0, world_size=1, timeout=GROUP_TIMEOUT)
+        seen["get_backend"] = dist.get_backend()
+        seen["group_type"] = type(dist.group.WORLD).__name__
+        for device in ("cpu", "cuda"):
+            _try(seen, f"impl_{device}",
+                 lambda: type(dist.get_backend_impl(dist.group.WORLD, torch.device(device))).__name__)
+        tensor = torch.ones(1)
+        _try(seen, "cpu_all_reduce", lambda: dist.all_reduce(tensor))
+        seen["cpu_value"] = tensor.item()
+        dist.destroy_process_group()
+        found[text] = seen
+
+
 def multi_backend(r: Rank, found: dict) -> None:
     import torch
     import torch.distributed as dist
@@ -355,7 +395,7 @@ def multi_backend(r: Rank, found: dict) -> None:
 
 SCENARIOS = {f.__name__: f for f in (all_handles, shrink_last, shrink_middle, scale_down_up, late_join, merge,
                                      after_abort, after_timeout, reused_uuid, refusals_after_reconfigure, not_member, without_enable,
-                                     enabled_options, hooks, py_backend, multi_backend)}
+                                     enabled_options, hooks, py_backend, mixed_string, multi_backend)}
 
 
 def _rank(rank: int, store_path: str, scenario: str, out) -> None:
