@@ -910,7 +910,10 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         place = fault_tolerance.membership(opts.uuid, opts.handles, self._handle, self._used_uuids)
         self._used_uuids.add(opts.uuid)
         timeout = opts.timeout if opts.timeout is not None else self.timeout
-        self.shutdown()  # the old worker finishes what it holds (failing it on the closed connections), then ends
+        old_worker = self._worker
+        self.shutdown()  # the old worker fails what it still holds on the closed connections, then ends
+        # before the new communicator exists: a job of the old one must never run over the new connections
+        old_worker.join(timeout.total_seconds())
         self._mesh = Mesh(dist.PrefixStore(f"reference/reconfigure/{opts.uuid}", self.store), place.rank, place.size,
                          timeout, host=self._host)
         self._rank, self._size = place.rank, place.size
