@@ -10,6 +10,7 @@ under a uuid no earlier reconfigure of the group used. Measured on gloo under to
   communicator before the first reconfigure (gloo: "ProcessGroupGloo has not been initialized. Call
   reconfigure() before issuing collectives when enable_reconfigure=True.");
 * every rank's handle, twice (fresh uuids): size and ranks unchanged, all_reduce and a send/recv ring exact;
+  a set of them (torchcomms' unordered handles): each rank numbered once, all_reduce exact;
 * without the last or a middle rank: the survivors are renumbered in order, all_reduce and
   ``broadcast(group_src=0)`` exact;
 * every rank alone (a uuid each), then all together again; a late joiner; two disjoint groups merged;
@@ -70,6 +71,12 @@ def every_handle_twice() -> list:
             ft.reconfigure(uuid, ft.handles(f"every-{uuid}"))
             seen.append((*ft.facts(), ring()))
         return seen
+
+
+def unordered() -> tuple[int, int, float]:
+    with ft.reconfigurable_default_group("unordered"):
+        ft.reconfigure(150, set(ft.handles("unordered")))  # a set: the backend chooses the order
+        return ft.facts()
 
 
 def without_one(excluded: int) -> dict | None:
@@ -189,6 +196,14 @@ def test_every_handle_keeps_the_group(world):
         for uuid, facts in zip((100, 101), seen):
             assert facts == (n, rank, ft.triangle(n), float((rank - 1) % n + 1)), \
                 f"rank {rank}, uuid {uuid}: (size, rank, all_reduce, value received in the ring)"
+
+
+def test_a_set_of_handles_numbers_every_rank_once(world):
+    """Reconfigure with a set of every handle: the backend's order, each rank numbered once, all_reduce exact."""
+    n = world.world_size
+    found = world.run(unordered)
+    assert sorted(rank for _, rank, _ in found) == list(range(n)), f"(size, rank, all_reduce) per rank: {found}"
+    assert all(size == n and value == ft.triangle(n) for size, _, value in found), f"per rank: {found}"
 
 
 @pytest.mark.min_world_size(2)
