@@ -94,6 +94,12 @@ FEATURES: dict[str, str | None] = {
     "pending_works": None,  # ProcessGroup._wait_for_pending_works
     "suspend_resume": None,  # Backend.suspend() / resume()
     "memory_stats": None,  # Backend.memory_stats()
+    # torch 2.14's fault-tolerance API (suites/c10d/test_reconfigure.py, test_fault_signals.py, test_op_hooks.py)
+    "reconfigure": "supports_reconfigure",  # init_process_group(enable_reconfigure=True), reconfigure(uuid, handles)
+    "get_error": None,  # Backend.get_error() -> ErrorType, as the spec's ErrorsAfterFaults declares
+    "abort_hooks": None,  # Backend.register_abort_hook / unregister_abort_hook: called when a fault revokes the group
+    "op_hooks": None,  # ProcessGroup.register_pre_hook / register_post_hook (PreHookArgs, PostHookArgs, HookOpName)
+    "mixed_string": None,  # init_process_group("cpu:<backend>,cuda:gloo") serves each device by its backend
 }
 
 # Element types by the name torch gives them (str(torch.float32) without "torch."), torch 2.13's
@@ -153,17 +159,19 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
         "a named RPC capability",
         ("async_execution", "async_future_exception", "custom_exception_type", "device_maps", "fault_injection",
          "rref_to_owner_before_created", "torchscript", "unused_send_function", "wait_all_early_error")),
-    "rpc_call": Requirement("how an RPC is made", ("rpc_sync", "rpc_async", "remote", "rref_method")),
+    "rpc_call": Requirement(
+        "how an RPC is made: rpc_sync, rpc_async, remote, or rref_method (a method of an RRef's value through "
+        "rref.rpc_sync()); the modes of suites/rpc/call_modes.py's table, which the rpc, profiling and stress "
+        "code sweep (add_value_source)", ("rpc_sync", "rpc_async", "remote", "rref_method"), parameter=True),
     "workload": Requirement("a profiling workload of suites/profiling/workloads.py (or concurrent_calls)",
                             parameter=True),
-    "mode": Requirement("how a profiling workload is called", ("sync", "async", "remote"), parameter=True),
     # DDP implementations (suites/ddp/impls.py)
     "impl": Requirement("DDP implementation", ("torch", "reference"), parameter=True),
 }
 
 # Closed keys whose further values another module defines, one that imports this one (so this one
 # cannot import it): suites/collectives.py's table supplies its families and forms, entries a
-# plugin adds at run time included. key -> functions returning values, read at every check.
+# plugin adds at run time included; suites/rpc/call_modes.py its RPC call modes. key -> functions returning values, read at every check.
 _VALUE_SOURCES: dict[str, list[Callable[[], Iterable[str]]]] = {}
 
 
@@ -253,8 +261,8 @@ def check_requirement_keys(need: Mapping[str, object], where: str) -> None:
 def parameter_requirements(params: Mapping[str, object]) -> dict[str, object]:
     """The requirements a case's parameters state: those named like a PARAMETER_KEYS key, with a
     value of that key (normalised). A closed key's parameter with another value means something
-    else in that test (suites/ddp's ``mode=small_buckets``, a torch function name as
-    ``collective``) and states nothing; the case's needs() markers say what it needs."""
+    else in that test (a torch function name as ``collective``) and states nothing; the case's
+    needs() markers say what it needs."""
     need: dict[str, object] = {}
     for key in PARAMETER_KEYS:
         if key not in params:
@@ -425,6 +433,30 @@ LOCAL_SYNC_DESYNCS_GROUP_NAMES = Gap(
     "rendezvous blocks (new_subgroups then misses its deadline on every backend)",
     outcome="skip", consequence="hangs", torch=">=2.14")
 
+# What torch releases before 2.14 lack, for every backend (a plugin without a spec included): gaps of the torch
+# release, not of a backend, so BackendSpec.gap_for reads them before the spec's own (on torch 2.13 a backend's
+# strict xfail of the same feature would otherwise run a case that can only raise AttributeError).
+FAULT_TOLERANCE_API = {
+    "reconfigure": "init_process_group(enable_reconfigure=True), Backend.reconfigure(ReconfigureOptions), "
+                   "get_reconfigure_handle() and dist._reconfigure",
+    "get_error": "Backend.get_error() (ErrorType exists in 2.13, nothing returns it)",
+    "abort_hooks": "Backend.register_abort_hook / unregister_abort_hook",
+    "op_hooks": "ProcessGroup.register_pre_hook / register_post_hook (PreHookArgs, PostHookArgs, HookOpName)",
+}
+TORCH_RELEASE_GAPS: tuple["Gap", ...] = tuple(
+    Gap({"feature": feature}, f"torch 2.14 adds {api}; this torch has none of it", outcome="skip", torch="<2.14")
+    for feature, api in FAULT_TOLERANCE_API.items())
+
+# A backend written as a Python ProcessGroup (torch's only way before 2.14) in a mixed string: torch uses the object
+# itself as the group (distributed_c10d._new_process_group_helper: "This defaults to the old behavior for
+# PythonProcessGroups which overwrites the ProcessGroup instance"), so the string's other devices are dropped.
+PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE = Gap(
+    {"feature": "mixed_string"},
+    "a Python ProcessGroup becomes the whole group of a mixed string: 'cpu:<it>,cuda:gloo' gives the group itself "
+    "(get_backend() still names the string) and cuda has no backend ('RuntimeError: No backend type associated "
+    "with device type cuda'; torch 2.13 and 2.14.1). torch 2.14 constructs Python Backend subclasses, which are "
+    "routed per device (measured: 'cpu:mine,cuda:gloo' serves cpu by Mine, cuda by ProcessGroupGloo)")
+
 # ------------------------------------------------------------- backends
 @dataclass(frozen=True)
 class Availability:
@@ -464,6 +496,24 @@ class AfterTimeout:
     error: str = ""
 
 
+ERROR_TYPES = ("SUCCESS", "TIMEOUT", "COMM_ERROR", "REMOTE_ERROR")  # torch 2.14's c10d ErrorType, by name
+
+
+@dataclass(frozen=True)
+class ErrorsAfterFaults:
+    """What ``Backend.get_error()`` (torch 2.14) returns after ``abort()`` and after one of the group's collectives
+    timed out, as ErrorType names (suites/c10d/test_fault_signals.py). "" for after_abort: not declared (any
+    ErrorType). The default is what the name means: a timed-out group reports TIMEOUT."""
+
+    after_abort: str = ""
+    after_timeout: str = "TIMEOUT"
+
+    def __post_init__(self):
+        for name in (self.after_abort, self.after_timeout):
+            if name and name not in ERROR_TYPES:
+                raise ValueError(f"ErrorsAfterFaults: {name!r} is not an ErrorType ({', '.join(ERROR_TYPES)})")
+
+
 @dataclass
 class BackendSpec:
     """Everything the harness and the suites need to know about one backend."""
@@ -495,6 +545,8 @@ class BackendSpec:
     # the group after one of its collectives timed out; None: not declared (the clause then checks only that
     # nothing hangs and that every member gets the same outcome)
     after_timeout: AfterTimeout | None = None
+    # what get_error() returns after an abort and after a timeout (torch 2.14's fault-tolerance API)
+    errors_after_faults: ErrorsAfterFaults = ErrorsAfterFaults()
 
     @property
     def init_backend(self) -> str:
@@ -520,7 +572,7 @@ class BackendSpec:
         environment, the spec's ``rank_env`` and ``env`` (the harness's own
         variables, e.g. TORCH_DISTRIBUTED_DEBUG of the target) on top.
         """
-        return gap_for(self.all_gaps, env={**os.environ, **self.rank_env, **(env or {})}, world_size=world_size, **need)
+        return gap_for((*TORCH_RELEASE_GAPS, *self.all_gaps), env={**os.environ, **self.rank_env, **(env or {})}, world_size=world_size, **need)
 
 
 def inherit(spec: BackendSpec, parent: BackendSpec) -> BackendSpec:

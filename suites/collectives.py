@@ -43,7 +43,7 @@ suites/stress/rank_bench.py and suites/stress/metrics.py (the benchmark's
 buffers, check and columns), suites/stress/collectives.py (its options).
 tests/test_collectives_table.py fails when an entry is not run by the dtype,
 entry-point and differential clauses (and the coalescing and functional ones
-where it has those forms). Adding a collective is adding one entry to
+where it has those forms). Adding a collective is adding one entry (its fields by keyword) to
 ``TABLE`` below (tests/harness_cases/extra_collective.py does it from a
 plugin); readers look the table up when they run or when pytest collects
 them (a --backend-plugin is imported before), never from a copy of their own.
@@ -133,7 +133,7 @@ class FunctionalArgs:
     output_splits: list | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Functional:
     """The collective in torch.distributed._functional_collectives (out of place, returns a new tensor)."""
 
@@ -149,7 +149,7 @@ class Functional:
         return next(getattr(funcol, n) for n in names if hasattr(funcol, n))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Coalesced:
     """How several calls of the collective are issued as one."""
 
@@ -158,7 +158,7 @@ class Coalesced:
     manager: bool = False  # c10d coalesces it inside ``dist._coalescing_manager``
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Collective:
     """One c10d collective entry point, as data (see the module docstring)."""
 
@@ -497,61 +497,67 @@ MOVED_BY_ALL = (FLOAT8, NARROW_INT)  # what every data-moving collective carries
 # collectives torch hands complex tensors as they are (reduce, reduce_scatter); all_reduce's complex
 # arithmetic has clauses of its own in test_dtypes.py (dist.all_reduce takes the real view, the group does not)
 TABLE: dict[str, Collective] = {c.name: c for c in (
-    Collective("all_reduce", "all_reduce", None, ONE, IN_PLACE, True, ALL_TO_ALL,
-               _call_all_reduce, _oracle_all_reduce, _bus_all_reduce, labels=("tensor", "tensor"),
-               async_entry_point=True, group_methods=("allreduce",),
+    Collective(name="all_reduce", family="all_reduce", form=None, inputs=ONE, outputs=IN_PLACE, reduces=True,
+               flow=ALL_TO_ALL, call=_call_all_reduce, oracle=_oracle_all_reduce, bus_factor=_bus_all_reduce,
+               labels=("tensor", "tensor"), async_entry_point=True, group_methods=("allreduce",),
                group_call=partial(_group_call_in_place, "AllreduceOptions"),
-               coalesced=Coalesced("all_reduce_coalesced", _call_all_reduce_coalesced, manager=True),
+               coalesced=Coalesced(function="all_reduce_coalesced", call=_call_all_reduce_coalesced, manager=True),
                dtypes_reduced=(PREMUL_SUM,),
-               functional=Functional(("all_reduce",), (), _funcol_all_reduce, adjoint="all_reduce")),
-    Collective("reduce", "reduce", None, ONE, IN_PLACE, True, TO_ROOT,
-               _call_reduce, _oracle_reduce, _bus_one, labels=("tensor", "tensor"),
+               functional=Functional(names=("all_reduce",), autograd=(), call=_funcol_all_reduce,
+                                     adjoint="all_reduce")),
+    Collective(name="reduce", family="reduce", form=None, inputs=ONE, outputs=IN_PLACE, reduces=True, flow=TO_ROOT,
+               call=_call_reduce, oracle=_oracle_reduce, bus_factor=_bus_one, labels=("tensor", "tensor"),
                group_methods=("reduce",), group_call=partial(_group_call_in_place, "ReduceOptions"),
                dtypes_reduced=(COMPLEX, PREMUL_SUM)),
-    Collective("broadcast", "broadcast", None, ONE, IN_PLACE, False, FROM_ROOT,
-               _call_broadcast, _oracle_broadcast, _bus_one, labels=("tensor", "tensor"),
-               group_methods=("broadcast",), group_call=partial(_group_call_in_place, "BroadcastOptions"),
-               dtypes_moved=MOVED_BY_ALL + (COMPLEX,)),
-    Collective("all_gather", "all_gather", "list", ONE, LIST, False, ALL_TO_ALL,
-               _call_all_gather, _oracle_all_gather, _bus_partitioned,
+    Collective(name="broadcast", family="broadcast", form=None, inputs=ONE, outputs=IN_PLACE, reduces=False,
+               flow=FROM_ROOT, call=_call_broadcast, oracle=_oracle_broadcast, bus_factor=_bus_one,
+               labels=("tensor", "tensor"), group_methods=("broadcast",),
+               group_call=partial(_group_call_in_place, "BroadcastOptions"), dtypes_moved=MOVED_BY_ALL + (COMPLEX,)),
+    Collective(name="all_gather", family="all_gather", form="list", inputs=ONE, outputs=LIST, reduces=False,
+               flow=ALL_TO_ALL, call=_call_all_gather, oracle=_oracle_all_gather, bus_factor=_bus_partitioned,
                group_methods=("allgather",), group_call=_group_call_all_gather_list,
-               coalesced=Coalesced("all_gather_coalesced", _call_all_gather_coalesced),
+               coalesced=Coalesced(function="all_gather_coalesced", call=_call_all_gather_coalesced),
                dtypes_moved=MOVED_BY_ALL + (COMPLEX,)),
-    Collective("all_gather_into_tensor", "all_gather", "single", ONE, FLAT, False, ALL_TO_ALL,
-               _call_all_gather_into_tensor, _oracle_all_gather, _bus_partitioned,
+    Collective(name="all_gather_into_tensor", family="all_gather", form="single", inputs=ONE, outputs=FLAT,
+               reduces=False, flow=ALL_TO_ALL, call=_call_all_gather_into_tensor, oracle=_oracle_all_gather,
+               bus_factor=_bus_partitioned,
                entry_points=("all_gather_single", "all_gather_into_tensor", "_all_gather_base"),
                group_methods=("all_gather_single", "_allgather_base"), group_call=_group_call_all_gather,
                coalesced=Coalesced(manager=True), dtypes_moved=MOVED_BY_ALL,
-               functional=Functional(("all_gather_single", "all_gather_tensor"),
-                                     ("all_gather_single_autograd", "all_gather_tensor_autograd"),
-                                     _funcol_all_gather, adjoint="reduce_scatter_tensor")),
-    Collective("gather", "gather", None, ONE, ROOT_LIST, False, TO_ROOT,
-               _call_gather, _oracle_gather, _bus_partitioned, labels=("input", "gather_list"),
+               functional=Functional(names=("all_gather_single", "all_gather_tensor"),
+                                     autograd=("all_gather_single_autograd", "all_gather_tensor_autograd"),
+                                     call=_funcol_all_gather, adjoint="reduce_scatter_tensor")),
+    Collective(name="gather", family="gather", form=None, inputs=ONE, outputs=ROOT_LIST, reduces=False, flow=TO_ROOT,
+               call=_call_gather, oracle=_oracle_gather, bus_factor=_bus_partitioned, labels=("input", "gather_list"),
                group_methods=("gather",), group_call=_group_call_gather, dtypes_moved=MOVED_BY_ALL),
-    Collective("scatter", "scatter", None, ROOT_LIST, ONE, False, FROM_ROOT,
-               _call_scatter, _oracle_scatter, _bus_partitioned, labels=("scatter_list", "output"),
-               group_methods=("scatter",), group_call=_group_call_scatter, dtypes_moved=MOVED_BY_ALL),
-    Collective("reduce_scatter", "reduce_scatter", "list", LIST, ONE, True, ALL_TO_ALL,
-               _call_reduce_scatter, _oracle_reduce_scatter, _bus_partitioned, dtypes_reduced=(COMPLEX,),
-               group_methods=("reduce_scatter",), group_call=_group_call_reduce_scatter_list),
-    Collective("reduce_scatter_tensor", "reduce_scatter", "single", FLAT, ONE, True, ALL_TO_ALL,
-               _call_reduce_scatter_tensor, _oracle_reduce_scatter, _bus_partitioned,
+    Collective(name="scatter", family="scatter", form=None, inputs=ROOT_LIST, outputs=ONE, reduces=False,
+               flow=FROM_ROOT, call=_call_scatter, oracle=_oracle_scatter, bus_factor=_bus_partitioned,
+               labels=("scatter_list", "output"), group_methods=("scatter",), group_call=_group_call_scatter,
+               dtypes_moved=MOVED_BY_ALL),
+    Collective(name="reduce_scatter", family="reduce_scatter", form="list", inputs=LIST, outputs=ONE, reduces=True,
+               flow=ALL_TO_ALL, call=_call_reduce_scatter, oracle=_oracle_reduce_scatter, bus_factor=_bus_partitioned,
+               dtypes_reduced=(COMPLEX,), group_methods=("reduce_scatter",),
+               group_call=_group_call_reduce_scatter_list),
+    Collective(name="reduce_scatter_tensor", family="reduce_scatter", form="single", inputs=FLAT, outputs=ONE,
+               reduces=True, flow=ALL_TO_ALL, call=_call_reduce_scatter_tensor, oracle=_oracle_reduce_scatter,
+               bus_factor=_bus_partitioned,
                entry_points=("reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base"),
-               group_methods=("reduce_scatter_single", "_reduce_scatter_base"),
-               group_call=_group_call_reduce_scatter,
+               group_methods=("reduce_scatter_single", "_reduce_scatter_base"), group_call=_group_call_reduce_scatter,
                coalesced=Coalesced(manager=True), dtypes_reduced=(COMPLEX, PREMUL_SUM),
-               functional=Functional(("reduce_scatter_single", "reduce_scatter_tensor"),
-                                     ("reduce_scatter_single_autograd", "reduce_scatter_tensor_autograd"),
-                                     _funcol_reduce_scatter, adjoint="all_gather_into_tensor")),
-    Collective("all_to_all_single", "all_to_all", "single", FLAT, FLAT, False, ALL_TO_ALL,
-               _call_all_to_all_single, _oracle_all_to_all_single, _bus_partitioned, splits=("even", "uneven"),
+               functional=Functional(names=("reduce_scatter_single", "reduce_scatter_tensor"),
+                                     autograd=("reduce_scatter_single_autograd", "reduce_scatter_tensor_autograd"),
+                                     call=_funcol_reduce_scatter, adjoint="all_gather_into_tensor")),
+    Collective(name="all_to_all_single", family="all_to_all", form="single", inputs=FLAT, outputs=FLAT, reduces=False,
+               flow=ALL_TO_ALL, call=_call_all_to_all_single, oracle=_oracle_all_to_all_single,
+               bus_factor=_bus_partitioned, splits=("even", "uneven"),
                group_methods=("all_to_all_single", "alltoall_base"), group_call=_group_call_all_to_all,
                dtypes_moved=MOVED_BY_ALL,
-               functional=Functional(("all_to_all_single",), ("all_to_all_single_autograd",),
-                                     _funcol_all_to_all_single, adjoint="all_to_all_single")),
-    Collective("all_to_all", "all_to_all", "list", LIST, LIST, False, ALL_TO_ALL,
-               _call_all_to_all, _oracle_all_to_all, _bus_partitioned, splits=("even",),
-               group_methods=("alltoall",), group_call=_group_call_all_to_all_list, dtypes_moved=MOVED_BY_ALL),
+               functional=Functional(names=("all_to_all_single",), autograd=("all_to_all_single_autograd",),
+                                     call=_funcol_all_to_all_single, adjoint="all_to_all_single")),
+    Collective(name="all_to_all", family="all_to_all", form="list", inputs=LIST, outputs=LIST, reduces=False,
+               flow=ALL_TO_ALL, call=_call_all_to_all, oracle=_oracle_all_to_all, bus_factor=_bus_partitioned,
+               splits=("even",), group_methods=("alltoall",), group_call=_group_call_all_to_all_list,
+               dtypes_moved=MOVED_BY_ALL),
 )}
 
 

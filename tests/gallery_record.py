@@ -38,6 +38,9 @@ class SeededBug:
     - ``options``: pytest options of the whole run (RUN_OPTIONS, flag and value pairs);
     - ``hangs``: its catching case hangs until the harness deadline, so its run has a short one;
     - ``needs``: capabilities the machine must have (NEEDS);
+    - ``torch``: the torch releases its clauses run on, a PEP 440 specifier ('' every release): on another the
+      gallery skips it saying so, since those clauses skip there too (run the gallery with such a torch's python,
+      e.g. the torch2141 tox env's, to judge it);
     - ``shares_a_run``: importing its module changes nothing another backend's ranks run (it
       registers its backend, and plants its bug with tests/seeded/planting.py if in shared code),
       so it may share a pytest run with other bugs; False keeps it alone.
@@ -52,6 +55,7 @@ class SeededBug:
     options: tuple[str, ...] = ()
     hangs: bool = False
     needs: tuple[str, ...] = ()
+    torch: str = ""
     package: str = "tests.seeded"  # where its module lives (the gallery's own tests plant from tests.harness_cases)
 
     def __post_init__(self) -> None:
@@ -80,6 +84,13 @@ class SeededBug:
         for need in self.needs:
             if need not in NEEDS:
                 yield f"need {need!r} is none of {NEEDS}"
+        if self.torch:
+            from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+            try:
+                SpecifierSet(self.torch)
+            except InvalidSpecifier:
+                yield f"torch {self.torch!r} is not a version specifier (e.g. '>=2.14')"
 
     @property
     def backend(self) -> str:
@@ -97,6 +108,15 @@ class SeededBug:
     @property
     def needs_cuda(self) -> bool:
         return "cuda" in self.needs
+
+    def runs_on(self, torch_version: str) -> bool:
+        """Whether its clauses run on this torch release (its public part: 2.14.1+cu130 is 2.14.1)."""
+        if not self.torch:
+            return True
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        return SpecifierSet(self.torch).contains(Version(torch_version).public, prereleases=True)
 
     def selects(self, nodeid: str) -> bool:
         """Whether the bug's run collects ``nodeid`` (without its -k keyword: that matches a case's name)."""

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fixtures.hosts import SimulatedHosts, unavailable_reason
+from fixtures.hosts import SimulatedHosts, Traffic, unavailable_reason
+from fixtures.hosts.shell import has_nft
 from fixtures.hosts.naming import list_namespaces, owner_alive
 
 REASON = unavailable_reason()
@@ -34,7 +35,10 @@ SERVER = textwrap.dedent("""
     print("listening", flush=True)
     while True:
         conn, _ = server.accept()
-        conn.sendall(b"x" * int(sys.argv[3]))
+        try:
+            conn.sendall(b"x" * int(sys.argv[3]))
+        except OSError:  # a fault reset the connection: serve the next one
+            pass
         conn.close()
 """)
 # A client on a host: connect, read SIZE bytes, print where from and how long it took, or the error.
@@ -73,9 +77,9 @@ def hosts() -> Iterator[SimulatedHosts]:
         yield made
 
 
-def start_server(hosts: SimulatedHosts, index: int, size: int = 2) -> subprocess.Popen[str]:
+def start_server(hosts: SimulatedHosts, index: int, size: int = 2, port: int = PORT) -> subprocess.Popen[str]:
     host = hosts[index]
-    server = subprocess.Popen([*host.exec_prefix(), sys.executable, "-c", SERVER, host.address, str(PORT), str(size)],
+    server = subprocess.Popen([*host.exec_prefix(), sys.executable, "-c", SERVER, host.address, str(port), str(size)],
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert server.stdout is not None and server.stdout.readline().strip() == "listening"
     return server
@@ -87,9 +91,10 @@ def stop(process: subprocess.Popen[str]) -> None:
     process.wait(timeout=10)
 
 
-def client(hosts: SimulatedHosts, source: int, target: int, size: int = 2, timeout: float = 2.0) -> list[str]:
+def client(hosts: SimulatedHosts, source: int, target: int, size: int = 2, timeout: float = 2.0,
+           port: int = PORT) -> list[str]:
     run = subprocess.run([*hosts[source].exec_prefix(), sys.executable, "-c", CLIENT, hosts[target].address,
-                          str(PORT), str(size), str(timeout)], capture_output=True, text=True, timeout=timeout + 20)
+                          str(port), str(size), str(timeout)], capture_output=True, text=True, timeout=timeout + 20)
     assert run.returncode == 0, run.stderr
     return run.stdout.split()
 
@@ -260,3 +265,83 @@ def test_without_nftables_a_partition_disables_the_bridge_port(hosts, monkeypatc
         assert client(hosts, 0, 1)[0] == "ok"
     finally:
         stop(server)
+
+
+needs_nft = pytest.mark.skipif(not has_nft(), reason="selective drops and resets need nftables (apt-get install nftables)")
+
+
+@needs_nft
+def test_a_host_that_resets_refuses_at_once_and_heals(hosts):
+    server = start_server(hosts, 1)
+    try:
+        hosts.reset(1, Traffic())
+        refused = client(hosts, 0, 1, timeout=3.0)
+        assert refused[0] == "error" and refused[1] in ("ConnectionRefusedError", "ConnectionResetError"), refused
+        assert float(refused[2]) < 1.0, refused  # a reset answers at once: no timeout is spent
+        hosts.heal()
+        assert client(hosts, 0, 1)[0] == "ok"
+    finally:
+        stop(server)
+
+
+@needs_nft
+@pytest.mark.parametrize("direction", ["to_host", "from_host"])
+def test_a_one_way_drop_stalls_connections(hosts, direction):
+    server = start_server(hosts, 1)
+    try:
+        hosts.drop(1, Traffic(direction))
+        assert client(hosts, 0, 1, timeout=1.0)[:2] == ["error", "TimeoutError"]
+        hosts.heal()
+        assert client(hosts, 0, 1)[0] == "ok"
+    finally:
+        stop(server)
+
+
+@needs_nft
+def test_the_control_plane_and_the_data_plane_are_cut_apart(hosts):
+    """A drop of one port's traffic (the store's) leaves every other port's connections working, and the reverse."""
+    servers = [start_server(hosts, 1), start_server(hosts, 1, port=PORT + 1)]
+    try:
+        hosts.drop(1, Traffic(port=PORT))
+        assert client(hosts, 0, 1, timeout=1.0)[:2] == ["error", "TimeoutError"]
+        assert client(hosts, 0, 1, port=PORT + 1)[0] == "ok"
+        hosts.heal()
+        hosts.drop(1, Traffic(port=PORT, only_port=False))
+        assert client(hosts, 0, 1)[0] == "ok"
+        assert client(hosts, 0, 1, timeout=1.0, port=PORT + 1)[:2] == ["error", "TimeoutError"]
+    finally:
+        for server in servers:
+            stop(server)
+
+
+@needs_nft
+def test_random_loss_slows_a_transfer_and_never_breaks_it(hosts):
+    size = 256 * 1024
+    server = start_server(hosts, 1, size)
+    try:
+        hosts.drop(1, Traffic(), loss_percent=10)
+        lossy = client(hosts, 0, 1, size, timeout=20.0)
+        assert lossy[0] == "ok" and int(lossy[2]) == size, lossy  # TCP retransmits what was lost
+    finally:
+        stop(server)
+
+
+@needs_nft
+def test_a_connection_is_cut_after_n_bytes(hosts):
+    size = 1024 * 1024
+    server = start_server(hosts, 1, size)
+    try:
+        hosts.cut_after(1, Traffic(), 64 * 1024)
+        cut = client(hosts, 0, 1, size, timeout=5.0)
+        # the reset ends the stream early: an error, or EOF short of the size
+        assert cut[0] == "error" or int(cut[2]) < size, cut
+        assert client(hosts, 0, 1, 2)[0] == "ok"  # a small transfer stays under the cut
+    finally:
+        stop(server)
+
+
+def test_traffic_rejects_bad_selections():
+    with pytest.raises(ValueError, match="direction must be one of both, from_host, to_host"):
+        Traffic("sideways")
+    with pytest.raises(ValueError, match="port must be 1..65535"):
+        Traffic(port=0)

@@ -441,12 +441,26 @@ def test_ungraceful_shutdown_fails_pending(rworld):
 
 def test_strangers_refused_agent_keeps_serving(rworld):
     """reference-tp refuses connections with a wrong or no token, garbage, or a claimed rank, answering with the reason; calls keep working."""
-    for out in rworld.run(fns.stranger_refused):
+    ws = rworld.world_size
+    for rank, out in enumerate(rworld.run(fns.stranger_refused)):
         reasons = [reason for _, reason in out["replies"]]
         assert all(kind == tp_codec.REFUSED for kind, _ in out["replies"])
         assert reasons[:2] == ["wrong world token"] * 2 and "not a reference-tp peer" in reasons[2]
-        assert "already connected" in reasons[3] or "is not a rank that dials" in reasons[3]
+        # rank ws-1 dials every lower rank (connected since the barrier); no rank dials itself
+        target = (rank + 1) % ws
+        assert reasons[3] == (f"rank {ws - 1} is already connected" if target < ws - 1 else
+                              f"rank {ws - 1} is not a rank that dials rank {target} (world size {ws})"), reasons[3]
         assert torch.equal(out["still"], torch.full((2,), 2.0)) and len(out["refused"]) == 4
+
+
+def test_graceful_shutdown_after_a_lost_link(pool):
+    """A call lost with its connection fails, and graceful shutdown still returns on every worker (it waited for ever)."""
+    results = pool.get("gloo", 3).run(fns.claimed_before_connect)
+    kind, text = results[1]["call"]
+    assert kind == "RuntimeError" and "RPC to WorkerInfo(id=2, name=worker2) failed" in text, text
+    assert len(results[1]["refused"]) == 1 and "rank 2 is already connected" in results[1]["refused"][0]
+    assert results[0]["refused"] == results[2]["refused"] == []
+    assert all("shutdown_s" in out for out in results)
 
 
 def test_profiled_calls_carry_remote_events(rworld):

@@ -375,3 +375,16 @@ def test_the_host_env_var_and_argument_move_the_listener(ref_world, monkeypatch)
     pgs = ref_world(2, host="127.0.0.3")  # the argument wins over the variable
     assert {pg.mesh._listener.address[0] for pg in pgs} == {"127.0.0.3"}
     assert run_on_all(pgs, all_reduce_value) == [expected_sum(2)] * 2, "the world on 127.0.0.3 does not work"
+
+
+def test_an_interface_variable_picks_the_address_as_users_pick_gloos(monkeypatch):
+    """DISTCONFORM_REFERENCE_IFNAME (reference) and TP_SOCKET_IFNAME (reference-tp) name an interface, as gloo's do."""
+    from backends.reference.handshake import listen_host
+
+    monkeypatch.setenv("DISTCONFORM_REFERENCE_IFNAME", "lo")
+    assert listen_host("DISTCONFORM_REFERENCE_IFNAME", "DISTCONFORM_REFERENCE_HOST") == "127.0.0.1"
+    monkeypatch.setenv("DISTCONFORM_REFERENCE_HOST", "127.0.0.2")  # an address wins over an interface
+    assert listen_host("DISTCONFORM_REFERENCE_IFNAME", "DISTCONFORM_REFERENCE_HOST") == "127.0.0.2"
+    monkeypatch.setenv("TP_SOCKET_IFNAME", "no-such-if0")
+    with pytest.raises(ValueError, match="TP_SOCKET_IFNAME='no-such-if0': no IPv4 address on that interface"):
+        listen_host("TP_SOCKET_IFNAME")

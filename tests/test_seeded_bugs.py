@@ -156,7 +156,8 @@ def read_bug(module: str) -> SeededBug:
 
 
 def batches(modules: list[str]) -> list[tuple[str, ...]]:
-    """Runs of bugs: those that share a run and need the same run options together, BUGS_PER_RUN at most; the rest alone.
+    """Runs of bugs: those that share a run and need the same run options (and torch) together, BUGS_PER_RUN at most;
+    the rest alone.
 
     Hanging bugs share runs with hanging bugs only (their runs get the short
     harness deadline). A run's bugs are kept in the order of their suites, so
@@ -165,7 +166,7 @@ def batches(modules: list[str]) -> list[tuple[str, ...]]:
     groups: dict[tuple, list[SeededBug]] = {}
     for module in modules:
         bug = read_bug(module)
-        key = (bug.options, bug.hangs) if bug.shares_a_run else ("alone", module)
+        key = (bug.options, bug.hangs, bug.torch) if bug.shares_a_run else ("alone", module)
         groups.setdefault(key, []).append(bug)
     runs = []
     for bugs in groups.values():
@@ -239,7 +240,7 @@ def gallery_runs(request, tmp_path_factory):
         return
     with ThreadPoolExecutor(max_workers=GALLERY_JOBS, thread_name_prefix="seeded") as pool:
         runs: dict[tuple, Future] = {modules: pool.submit(run_batch, tmp_path_factory.mktemp(modules[0]), modules)
-                                     for modules in selected if not missing_gpu(modules)}
+                                     for modules in selected if not cannot_run_here(modules)}
         try:
             yield runs
         finally:
@@ -265,10 +266,26 @@ def missing_gpu(modules: tuple[str, ...]) -> str:
     return ""
 
 
+def wrong_torch(modules: tuple[str, ...]) -> str:
+    """Why ``modules`` cannot be judged on this torch ('' when they can): their clauses skip on it."""
+    import torch
+
+    other = [m for m in modules if not read_bug(m).runs_on(torch.__version__)]
+    if other:
+        return (f"{', '.join(other)} needs torch {read_bug(other[0]).torch} (its clauses skip on torch "
+                f"{torch.__version__}): ~/.cache/distconform/tox/torch2141/bin/python -m pytest "
+                f"tests/test_seeded_bugs.py -k {other[0]}")
+    return ""
+
+
+def cannot_run_here(modules: tuple[str, ...]) -> str:
+    return missing_gpu(modules) or wrong_torch(modules)
+
+
 @pytest.mark.starts_first(1)  # after the control: each run is 10 to 60 s under CI's load
 @pytest.mark.parametrize("modules", BATCHES, ids=["+".join(b) for b in BATCHES])
 def test_seeded_bugs_are_caught(tmp_path, modules, gallery_runs):
-    why = missing_gpu(modules)
+    why = cannot_run_here(modules)
     if why:
         pytest.skip(why)
     run = gallery_runs.get(modules)

@@ -201,10 +201,11 @@ def test_parameters_named_like_a_key_state_it_with_a_value_of_the_key():
 
     assert "shape" in PARAMETER_KEYS and "bad_input" not in PARAMETER_KEYS
     params = {"shape": "empty", "dtype": torch.bfloat16, "op": dist.ReduceOp.SUM, "workload": "python_udf",
-              "world_target": object(), "case": "x"}
+              "rpc_call": "remote", "world_target": object(), "case": "x"}
     assert parameter_requirements(params) == {"shape": "empty", "dtype": "bfloat16", "op": "sum",
-                                              "workload": "python_udf"}
-    # a parameter named like a closed key but meaning something else in its test states nothing
+                                              "workload": "python_udf", "rpc_call": "remote"}
+    # a parameter named like a closed key but meaning something else in its test states nothing (DDP's mode
+    # is no key at all)
     assert parameter_requirements({"mode": "small_buckets", "collective": "reduce_scatter_tensor",
                                    "shape": "4MiB"}) == {}
     # so a gap on a parametrised shape matches the case

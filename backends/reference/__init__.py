@@ -18,7 +18,9 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
-                           SPLIT_NEEDS_ACCELERATOR, AfterTimeout, Availability, BackendSpec, Gap, ResourceBudget)
+                           PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE,
+                           SPLIT_NEEDS_ACCELERATOR, AfterTimeout, Availability, BackendSpec, ErrorsAfterFaults, Gap,
+                           ResourceBudget)
 
 from .process_group import ReferenceProcessGroup
 
@@ -32,6 +34,7 @@ def _create(dist_options, backend_options):
         dist_options.group_size,
         dist_options.timeout,
         global_ranks=list(dist_options.global_ranks_in_group) or None,
+        enable_reconfigure=getattr(dist_options, "enable_reconfigure", False),  # torch 2.14 passes it
     )
 
 
@@ -79,6 +82,7 @@ DISTCONFORM_SPEC = BackendSpec(
             "and fr_trace then names the missing rank",
             torch=">=2.11,<2.15"),
         LOCAL_SYNC_DESYNCS_GROUP_NAMES,
+        PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE,
         Gap({"feature": "premul_sum"},
             "torch 2.11's ReduceOp binding does not expose a PREMUL_SUM op's factor to Python (no ReduceOp.factor; "
             "torch 2.13 has it, 2.12 not checked): a Python process group cannot know what to multiply by",
@@ -91,6 +95,9 @@ DISTCONFORM_SPEC = BackendSpec(
     # a timed-out collective closes the group's connections (process_group.py, _close_after_timeout): the ranks
     # that timed out fail their next collective at once with 'the group is unusable after all_reduce
     # (collective #1) timed out', the rank that had stayed away with 'rank N closed the connection'
+    # torch 2.14's get_error() (backends/reference/fault_tolerance.py): COMM_ERROR after abort(), as NCCL2 reports
+    # it (torch's test_c10d_fault_tolerance.py); TIMEOUT after a timed-out collective
+    errors_after_faults=ErrorsAfterFaults(after_abort="COMM_ERROR", after_timeout="TIMEOUT"),
     after_timeout=AfterTimeout(usable=False, error=r"^RuntimeError: reference: .*(the group is unusable after .* "
                                                    r"timed out|rank \d+ closed the connection)"),
 )

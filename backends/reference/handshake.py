@@ -19,6 +19,7 @@ Store the caller is given, under its ``prefix``:
 from __future__ import annotations
 
 import hmac
+import os
 import secrets
 import socket
 import threading
@@ -34,6 +35,33 @@ ReadHello = Callable[[socket.socket], dict]
 Adopt = Callable[[int, socket.socket], None]
 # on_refused(sock, address, error): a last word to the refused peer before the socket is closed
 OnRefused = Callable[[socket.socket, object, Exception], None]
+
+
+def interface_address(name: str, variable: str) -> str:
+    """The IPv4 address of network interface ``name`` (named by ``variable``), or a clear error."""
+    import fcntl
+    import struct
+
+    siocgifaddr = 0x8915
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            packed = fcntl.ioctl(probe.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+    except OSError as exc:
+        raise ValueError(f"{variable}={name!r}: no IPv4 address on that interface here ({exc.strerror})") from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def listen_host(interface_variable: str, host_variable: str | None = None) -> str:
+    """Where a reference transport listens, chosen the way users choose gloo's and TensorPipe's:
+
+    an address (``host_variable``, when the transport has one), else the address of the interface
+    ``interface_variable`` names (as ``GLOO_SOCKET_IFNAME`` / ``TP_SOCKET_IFNAME``), else loopback.
+    """
+    host = os.environ.get(host_variable) if host_variable else None
+    if host:
+        return host
+    interface = os.environ.get(interface_variable)
+    return interface_address(interface, interface_variable) if interface else "127.0.0.1"
 
 
 def world_token(store, prefix: str, rank: int) -> bytes:

@@ -35,7 +35,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from . import semantics, wire
+from . import fault_tolerance, semantics, wire
 from .flight_recorder import Entry, recorder
 from .transport import Mesh, PeerError, RecvTimeout
 
@@ -186,29 +186,58 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
     work_class = ReferenceWork  # what collectives return (a subclass may plant a bug in it)
 
-    def __init__(self, store, rank: int, size: int, timeout: timedelta, global_ranks=None, host=None):
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, global_ranks=None, host=None,
+                 enable_reconfigure: bool = False):
         super().__init__(rank, size)
+        # rank() and size() answer these: a reconfigure renumbers the group (c10d's own fields stay as made)
+        self._rank, self._size = rank, size
         self.timeout = timeout
+        self.enable_reconfigure = enable_reconfigure
+        self._host = host
+        # torch 2.14's fault tolerance (fault_tolerance.py): this rank's handle, the uuids its reconfigures used,
+        # the group's error and abort hooks, its pre/post hooks
+        self._handle = fault_tolerance.new_handle()
+        self._used_uuids: set[int] = set()
+        self._faults = fault_tolerance.FaultState()
+        self._op_hooks = fault_tolerance.OpHooks()
         self.global_ranks = list(global_ranks) if global_ranks else list(range(size))
         # Kept for the group's life, as ProcessGroupGloo keeps its store: a caller that keeps only the group
         # (torch.distributed._dist2.new_group) drops its own reference on return, and rank 0's store server with
         # it, while slower peers still rendezvous on it ('DistNetworkError: Failed to recv, got 0 bytes' on rank
         # 2 of 3, suites/c10d/test_dist2.py)
         self.store = store
-        self.mesh = Mesh(store, rank, size, timeout, host=host)
+        # with enable_reconfigure the communicator is made by the first reconfigure(), as gloo does
+        self._mesh: Mesh | None = None if enable_reconfigure else Mesh(store, rank, size, timeout, host=host)
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._coalesced: list[ReferenceWork] | None = None  # between _start_coalescing and _end_coalescing
         self._completion_hooks: list = []  # _register_on_completion_hook; called once per finished collective
         self._pending: set[ReferenceWork] = set()  # queued or running collectives (_wait_for_pending_works)
         self._pending_lock = threading.Lock()
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # why the group runs no more collectives (a collective of it timed out); None while it is usable
         self._unusable: str | None = None
         self._fr_group = recorder().group(self.global_ranks)  # how the flight recorder knows this group
-        self._worker = threading.Thread(target=self._work_loop, name=f"reference-worker-r{rank}", daemon=True)
-        self._worker.start()
+        self._start_worker()
         _LIVE_GROUPS.add(self)
+
+    def _start_worker(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._work_loop, args=(self._jobs,),
+                                        name=f"reference-worker-r{self._rank}", daemon=True)
+        self._worker.start()
+
+    @property
+    def mesh(self) -> Mesh:
+        """The connections of the group's communicator (operations check _check_configured() first)."""
+        if self._mesh is None:
+            raise RuntimeError("reference: the group has no communicator yet (enable_reconfigure=True)")
+        return self._mesh
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
 
     # ----------------------------------------------------------- identity
     def getBackendName(self):
@@ -248,6 +277,10 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 raise
             return self
 
+    def get_backend(self, device):
+        """torch 2.14's get_backend_impl(group, device) asks this (not _get_backend): the same answer."""
+        return self._get_backend(device)
+
     @property
     def options(self):
         """The options the group runs with, as a c10d Backend reports them (``_timeout`` follows set_timeout):
@@ -255,6 +288,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         reported = torch._C._distributed_c10d.Backend.Options("reference", self.timeout)
         reported.group_name = self.getGroupName()
         reported.global_ranks_in_group = list(self.global_ranks)
+        if hasattr(reported, "enable_reconfigure"):  # torch 2.14's field
+            reported.enable_reconfigure = self.enable_reconfigure
         return reported
 
     # c10d offers these for NCCL only; the reference keeps them in Python
@@ -292,9 +327,16 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         """The flight recorder's entry for a call just issued (None when the recorder is off)."""
         return recorder().record(self._fr_group, name, seq, inputs, outputs, timeout_s, p2p)
 
-    def _submit(self, name: str, fingerprint: dict, run, opts_timeout=None, inputs=(), outputs=()) -> ReferenceWork:
-        """Queue a collective; ``run(seq, deadline)`` does the work in the group's worker thread.
-        ``inputs`` and ``outputs``: the caller's tensors, for the flight recorder's sizes and dtypes."""
+    def _submit(self, name: str, fingerprint: dict, run, opts=None, inputs=(), outputs=()) -> ReferenceWork:
+        """Queue a collective; ``run(seq, deadline)`` does the work in the group's worker thread. ``opts``: the
+        caller's options (their timeout, asyncOp); ``inputs`` and ``outputs``: the caller's tensors, for the
+        flight recorder's sizes and dtypes and the pre/post hooks."""
+        self._check_configured(name)
+        return self._op_hooks.issue(name, getattr(opts, "asyncOp", True), fingerprint.get("root", -1), inputs,
+                                    outputs, lambda: self._queue(name, fingerprint, run, opts, inputs, outputs))
+
+    def _queue(self, name: str, fingerprint: dict, run, opts, inputs, outputs) -> ReferenceWork:
+        opts_timeout = getattr(opts, "timeout", None)
         with self._seq_lock:
             self._seq += 1
             seq = self._seq
@@ -317,9 +359,9 @@ class ReferenceProcessGroup(dist.ProcessGroup):
     def _set_sequence_number_for_group(self) -> None:
         pass  # every rank starts at 0: nothing to agree on
 
-    def _work_loop(self) -> None:
+    def _work_loop(self, jobs: queue.SimpleQueue) -> None:
         while True:
-            job = self._jobs.get()
+            job = jobs.get()
             if job is None:
                 return
             work, seq, fingerprint, run, timeout_s = job
@@ -369,12 +411,14 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 [key[3] for key in missing]))
         except RecvTimeout as timeout:
             missing = sorted(key[3] for key in timeout.args[0])
+            self._faults.revoked("TIMEOUT")  # the abort hooks run before the connections close
             self._close_after_timeout(f"{fingerprint['op']} (collective #{seq}) timed out on rank {me}")
             raise RuntimeError(
                 f"reference: Timed out waiting {timeout_s * 1000:.0f}ms for {fingerprint['op']} (collective "
                 f"#{seq}) on rank {me}: no message from group ranks {missing} (global ranks "
                 f"{[self.global_ranks[r] for r in missing]})") from None
         except PeerError as exc:
+            self._faults.revoked("REMOTE_ERROR")
             raise RuntimeError(f"reference: {fingerprint['op']} (collective #{seq}) failed: {exc}") from None
         received: dict[int, torch.Tensor | None] = {me: payloads.get(me)}
         fingerprints: dict[int, Any] = {me: fingerprint}  # as the peers sent them (dict, or None after step 0)
@@ -484,7 +528,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 tensor.copy_(result)
             return [tensor]
 
-        return self._submit("all_reduce", dict(self._describe(tensor), reduce=op, factor=factor), run, opts.timeout,
+        return self._submit("all_reduce", dict(self._describe(tensor), reduce=op, factor=factor), run, opts,
                             [tensor], [tensor])
 
     def _sparse_allreduce(self, tensor, op: str, opts) -> ReferenceWork:
@@ -504,7 +548,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return [tensor]
 
         fingerprint = dict(self._describe(tensor), reduce=op, layout="sparse_coo", sparse_dims=tensor.sparse_dim())
-        return self._submit("all_reduce", fingerprint, run, opts.timeout, [tensor], [tensor])
+        return self._submit("all_reduce", fingerprint, run, opts, [tensor], [tensor])
 
     # ---------------------------------------------------------- coalesced
     # One queued job each: one round per tensor (step i), the fingerprint (every tensor's
@@ -524,7 +568,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return list(tensors)
 
         fingerprint = {"tensors": [self._describe(t) for t in tensors], "reduce": op, "factor": factor}
-        return self._submit("all_reduce_coalesced", fingerprint, run, opts.timeout, tensors, tensors)
+        return self._submit("all_reduce_coalesced", fingerprint, run, opts, tensors, tensors)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         self._check_count(output_lists, "all_gather_coalesced output lists")
@@ -543,7 +587,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return [t for outputs in output_lists for t in outputs]
 
         fingerprint = {"tensors": [self._describe(t) for t in input_list]}
-        return self._submit("all_gather_coalesced", fingerprint, run, getattr(opts, "timeout", None), input_list,
+        return self._submit("all_gather_coalesced", fingerprint, run, opts, input_list,
                             [t for outputs in output_lists for t in outputs])
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
@@ -565,7 +609,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return list(outputs)
 
         fingerprint = {"tensors": [self._describe(t) for t in inputs]}
-        return self._submit("all_gather_into_tensor_coalesced", fingerprint, run, getattr(opts, "timeout", None),
+        return self._submit("all_gather_into_tensor_coalesced", fingerprint, run, opts,
                             inputs, outputs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -593,7 +637,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return list(outputs)
 
         fingerprint = {"tensors": [self._describe(t) for t in inputs], "reduce": op, "factor": factor}
-        return self._submit("reduce_scatter_tensor_coalesced", fingerprint, run, opts.timeout, inputs, outputs)
+        return self._submit("reduce_scatter_tensor_coalesced", fingerprint, run, opts, inputs, outputs)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -619,7 +663,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 tensor.copy_(got[root])
             return [tensor]
 
-        return self._submit("broadcast", dict(self._describe(tensor), root=root), run, opts.timeout, [tensor], [tensor])
+        return self._submit("broadcast", dict(self._describe(tensor), root=root), run, opts, [tensor], [tensor])
 
     def reduce(self, tensors, opts):
         tensor = _single(tensors, "reduce")
@@ -633,7 +677,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 tensor.copy_(semantics.reduce([got[r] for r in range(self.size())], op, root, factor))
             return [tensor]
 
-        return self._submit("reduce", dict(self._describe(tensor), root=root, reduce=op), run, opts.timeout,
+        return self._submit("reduce", dict(self._describe(tensor), root=root, reduce=op), run, opts,
                             [tensor], [tensor])
 
     def allgather(self, output_lists, input_tensors, opts):
@@ -647,7 +691,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 _copy_into(out, got[rank], f"all_gather output {rank}")
             return outputs
 
-        return self._submit("all_gather", self._describe(tensor), run, opts.timeout, [tensor], outputs)
+        return self._submit("all_gather", self._describe(tensor), run, opts, [tensor], outputs)
 
     def all_gather_single(self, output, input, opts):
         if output.shape[0] != input.shape[0] * self.size():
@@ -672,7 +716,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                     _copy_into(out, got[rank], f"gather entry {rank}")
             return outputs or []
 
-        return self._submit("gather", dict(self._describe(tensor), root=root), run, opts.timeout, [tensor],
+        return self._submit("gather", dict(self._describe(tensor), root=root), run, opts, [tensor],
                             outputs or [])
 
     def scatter(self, output_tensors, input_lists, opts):
@@ -689,7 +733,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             _copy_into(out, got[root], "scatter output")
             return [out]
 
-        return self._submit("scatter", dict(self._describe(out), root=root), run, opts.timeout, inputs or [], [out])
+        return self._submit("scatter", dict(self._describe(out), root=root), run, opts, inputs or [], [out])
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
         out = _single(output_tensors, "reduce_scatter")
@@ -704,7 +748,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                        "reduce_scatter output")
             return [out]
 
-        return self._submit("reduce_scatter", dict(self._describe(out), reduce=op, factor=factor), run, opts.timeout,
+        return self._submit("reduce_scatter", dict(self._describe(out), reduce=op, factor=factor), run, opts,
                             inputs, [out])
 
     def reduce_scatter_single(self, output, input, opts):
@@ -727,7 +771,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             return output_tensors
 
         fingerprint = {"dtype": wire.DTYPE_NAMES.get(input_tensors[0].dtype)} if input_tensors else {}
-        return self._submit("all_to_all", fingerprint, run, opts.timeout, input_tensors, output_tensors)
+        return self._submit("all_to_all", fingerprint, run, opts, input_tensors, output_tensors)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
         n = self.size()
@@ -742,7 +786,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
         splits = {"in": [t.shape[0] for t in ins], "out": [t.shape[0] for t in outs]}
         fingerprint = {"dtype": wire.DTYPE_NAMES.get(input.dtype), "row": list(input.shape[1:]), "splits": splits}
-        return self._submit("all_to_all_single", fingerprint, run, opts.timeout, [input], [output])
+        return self._submit("all_to_all_single", fingerprint, run, opts, [input], [output])
 
     alltoall_base = all_to_all_single
 
@@ -751,12 +795,16 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             self._round(seq, fp, deadline, timeout_s)
             return []
 
-        return self._submit("barrier", {}, run, getattr(opts, "timeout", None))  # no tensors to record
+        return self._submit("barrier", {}, run, opts)  # no tensors to record
 
     # ------------------------------------------------------------------ p2p
     def send(self, tensors, dst, tag):
         tensor = _single(tensors, "send")
         self._check_peer(dst, "send to")
+        self._check_configured("send")
+        return self._op_hooks.issue("send", True, dst, [tensor], [], lambda: self._send(tensor, dst, tag))
+
+    def _send(self, tensor, dst, tag) -> ReferenceWork:
         work = ReferenceWork(f"send to rank {dst} tag {tag}", self.timeout.total_seconds())
         # torch's analyser reads a p2p call's group ranks from its name: "send <from>-><to>"
         work.fr_entry = self._fr_record(f"send {self.rank()}->{dst}", 0, [tensor], [tensor],
@@ -771,10 +819,15 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
     def recv(self, tensors, src, tag):
         self._check_peer(src, "recv from")
-        return self._post_recv(_single(tensors, "recv"), src, tag)
+        return self._hooked_recv(_single(tensors, "recv"), src, tag)
 
     def recv_anysource(self, tensors, tag):
-        return self._post_recv(_single(tensors, "recv"), None, tag)
+        return self._hooked_recv(_single(tensors, "recv"), None, tag)
+
+    def _hooked_recv(self, tensor, src, tag) -> ReferenceWork:
+        self._check_configured("recv")
+        return self._op_hooks.issue("recv", True, -1 if src is None else src, [], [tensor],
+                                    lambda: self._post_recv(tensor, src, tag))
 
     def _post_recv(self, tensor, src, tag) -> ReferenceWork:
         what = f"recv from {'any rank' if src is None else f'rank {src}'} (tag {tag})"
@@ -830,10 +883,68 @@ class ReferenceProcessGroup(dist.ProcessGroup):
 
     def shutdown(self):
         self._jobs.put(None)
-        self.mesh.close()
+        if self._mesh is not None:
+            self._mesh.close()
 
     def abort(self):
+        self._faults.error = "COMM_ERROR"  # an explicit abort revokes the group, as NCCL2 reports it; no abort hooks
         self.shutdown()
+
+    # ------------------------------------------- fault tolerance (torch 2.14)
+    def _check_configured(self, what: str) -> None:
+        if self._mesh is None:
+            raise RuntimeError(f"reference: {what}: the group has no communicator yet; call reconfigure() before "
+                               "issuing operations when enable_reconfigure=True")
+
+    @property
+    def supports_reconfigure(self) -> bool:
+        return True
+
+    def get_reconfigure_handle(self) -> str:
+        return self._handle
+
+    def reconfigure(self, opts) -> ReferenceWork:
+        """A new communicator of the ranks whose handles ``opts.handles`` names, under the fresh ``opts.uuid``
+        (fault_tolerance.py). Every listed rank makes it at once, over this group's store: the old one's worker
+        and connections end, the new one numbers operations from scratch and reports SUCCESS."""
+        place = fault_tolerance.membership(opts.uuid, opts.handles, self._handle, self._used_uuids)
+        self._used_uuids.add(opts.uuid)
+        timeout = opts.timeout if opts.timeout is not None else self.timeout
+        old_worker = self._worker
+        self.shutdown()  # the old worker fails what it still holds on the closed connections, then ends
+        # before the new communicator exists: a job of the old one must never run over the new connections
+        old_worker.join(timeout.total_seconds())
+        self._mesh = Mesh(dist.PrefixStore(f"reference/reconfigure/{opts.uuid}", self.store), place.rank, place.size,
+                         timeout, host=self._host)
+        self._rank, self._size = place.rank, place.size
+        self.global_ranks = list(range(place.size))
+        self._seq, self._unusable = 0, None
+        self._faults.error = "SUCCESS"
+        self._start_worker()
+        work = ReferenceWork(f"reconfigure (uuid {opts.uuid})", timeout.total_seconds())
+        work.complete([])
+        return work
+
+    def get_error(self):
+        return self._faults.error_type()
+
+    def register_abort_hook(self, hook_id: int, hook) -> None:
+        self._faults.register_abort_hook(hook_id, hook)
+
+    def unregister_abort_hook(self, hook_id: int) -> None:
+        self._faults.unregister_abort_hook(hook_id)
+
+    def register_pre_hook(self, hook_id: int, hook) -> None:
+        self._op_hooks.pre[hook_id] = hook
+
+    def register_post_hook(self, hook_id: int, hook) -> None:
+        self._op_hooks.post[hook_id] = hook
+
+    def unregister_pre_hook(self, hook_id: int) -> None:
+        self._op_hooks.pre.pop(hook_id, None)
+
+    def unregister_post_hook(self, hook_id: int) -> None:
+        self._op_hooks.post.pop(hook_id, None)
 
 
 def _all_of(works: list[ReferenceWork], what: str, timeout_s: float) -> ReferenceWork:

@@ -17,7 +17,6 @@ that peer fails with the error instead of hanging.
 from __future__ import annotations
 
 import collections
-import os
 import socket
 import threading
 import time
@@ -140,7 +139,7 @@ class Mesh:
         self._closed = False
         self._ready = threading.Event()
         self._adopt_lock = threading.Lock()
-        host = host or os.environ.get("DISTCONFORM_REFERENCE_HOST", "127.0.0.1")
+        host = host or handshake.listen_host("DISTCONFORM_REFERENCE_IFNAME", "DISTCONFORM_REFERENCE_HOST")
 
         self._token = handshake.world_token(store, STORE_PREFIX, rank).decode()
         self._listener = handshake.Listener(store, STORE_PREFIX, host=host, rank=rank, world_size=size,

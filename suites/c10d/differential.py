@@ -3,7 +3,7 @@ rank side that runs it and the oracle's expectation for it.
 
 A ``Call`` says everything about one example, and its repr is a Python
 expression that rebuilds it: it is what a failure prints and what
-``DISTCONFORM_REPLAY`` (see test_differential.py) takes back. Both sides
+``DISTCONFORM_REPLAY`` (suites/differential.py) takes back. Both sides
 build a rank's tensors with ``tensors_of(call, rank)``, from torch.Generators
 seeded by (seed, rank, slot): the ranks to run the call, the pytest process to
 feed backends/reference/semantics.py. Nothing but the Call crosses the wire.
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from suites import collectives, values
+from suites import differential as runner
 from suites.collectives import Args
 
 # The operations are the collectives of suites/collectives.py (one table, read
@@ -51,7 +52,7 @@ _SENTINEL = {"bool": True, "uint8": 251}
 
 @dataclass(frozen=True)
 class Call:
-    """One collective call on a world; ``eval(repr(call))`` rebuilds it.
+    """One collective call on a world; its repr rebuilds it (suites/differential.py ``parse_example``).
 
     shape: what one rank contributes per destination / per list entry (the
       in-place tensor for all_reduce, reduce, broadcast; the single-form
@@ -110,9 +111,7 @@ class Call:
 
     def replay_command(self, plugins=()) -> str:
         """The shell command that runs exactly this call again (``plugins``: the run's --backend-plugin)."""
-        plugin_args = "".join(f" --backend-plugin {p}" for p in plugins)
-        return (f"DISTCONFORM_REPLAY=\"{self!r}\" python -m pytest suites/c10d/test_differential.py"
-                f"{plugin_args} --backend {self.backend} --world-size {self.world_size}")
+        return runner.replay_command(self, "suites/c10d/test_differential.py", self.backend, self.world_size, plugins)
 
 
 def shape_class(shape: tuple, splits: tuple | None = None) -> str:

@@ -21,9 +21,15 @@ Calls that hit one of the backend's declared gaps (the same requirement keys
 as the other suites: collective, op, dtype, layout, form, split, shape,
 feature="subgroups") are never drawn.
 
-Options and reproduction:
+Every run first checks the pinned calls (``pinned_calls``): one per seeded
+bug of tests/seeded/ this clause catches, so those are caught on every run,
+not by luck of the draw.
 
-* ``--differential-examples N`` (default 200): calls per backend and world size.
+Options and reproduction (the runner: suites/differential.py):
+
+* ``--hypothesis-profile ci|thorough|pins``: calls per backend and world
+  size, 200 (``ci``, the default), 2000, or the pins alone
+  (fixtures/hypothesis_profiles.py).
 * ``--hypothesis-seed N``: the same calls every run (hypothesis's own option).
   Without it each run draws new calls; the example database is off.
 * A failure shrinks to a minimal call and prints it as ``Call(...)``; rerun
@@ -37,34 +43,15 @@ Options and reproduction:
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fixtures.errors import RankError, WorldError
-from suites import values
-from suites import collectives
+from suites import collectives, values
 from suites.c10d.differential import (LAYOUTS, SHAPE_CLASSES, Call, expected_of, need_of, operations, ops_for,
                                       run_on_rank, sentinel, splits_of)
 from suites.checks import expect_tensor
-
-REPLAY_ENV = "DISTCONFORM_REPLAY"
-
-
-class WorldLost(BaseException):
-    """The world died (a rank crashed or hung) on a call.
-
-    A BaseException, so hypothesis lets it through at once instead of
-    shrinking on a dead world; pytest reports it as the test's failure.
-    """
-
-
-class CallFailed(Exception):
-    """A rank raised on a call (the world survived and was reset); hypothesis shrinks it."""
-
+from suites.differential import REPLAY_ENV, Pin, explore, replayed, run_on_world
 
 # ------------------------------------------------------------ strategy
 def allowed_combos(spec, world_size: int) -> list[tuple]:
@@ -189,19 +176,7 @@ def check_call(world, call: Call, note: str = "") -> None:
     """Run ``call`` in ``world`` and compare every rank's tensors with the oracle's."""
     __tracebackhide__ = True  # the failure is the message (with the call), not this function's lines
     where = f"\nfailing call: {call!r}\nreplay: {call.replay_command(world.plugins)}{note}"
-    try:
-        results = world.run(run_on_rank, call)
-    except RankError as exc:
-        if world.alive and world.tainted:
-            try:
-                world.reset()  # fresh process groups, so the next (shrunk) call starts clean
-            except WorldError as reset_error:
-                raise WorldLost(f"{exc}\n(resetting the world afterwards failed: {reset_error}){where}") from None
-        if not world.alive:
-            raise WorldLost(f"{exc}{where}") from None
-        raise CallFailed(f"{exc}{where}") from None
-    except WorldError as exc:  # a rank died or the deadline expired: the world is gone
-        raise WorldLost(f"{exc}{where}") from None
+    results = run_on_world(world, where, run_on_rank, call)
     expected = expected_of(call)
     try:
         for rank, (got, want) in enumerate(zip(results, expected.per_rank)):
@@ -218,12 +193,47 @@ def check_call(world, call: Call, note: str = "") -> None:
         raise AssertionError(f"{exc}{where}") from None
 
 
+# ------------------------------------------------------------ pins
+def pinned_calls(world_size: int, backend: str) -> list[Pin]:
+    """The calls the seeded bugs of tests/seeded/ need, each run before any drawn one (those outside the
+    backend's declared gaps: the clause drops the rest), with the bugs each catches."""
+    n, last = world_size, world_size - 1
+    # asymmetric uneven splits: rank i sends (i + 2j + 1) % 4 rows to rank j, receives (j + 2i + 1) % 4 from it
+    uneven = tuple(tuple((i + 2 * j + 1) % 4 for j in range(n)) for i in range(n))
+
+    def pin(catches: tuple[str, ...], operation: str, op: str | None, dtype: str = "float32", shape: tuple = (4,),
+            **fields) -> Pin:
+        return Pin(Call(operation=operation, op=op, dtype=dtype, shape=shape, seed=1, world_size=n, backend=backend,
+                        **fields), catches)
+
+    pins = [
+        pin(("allreduce_misses_last_rank", "native_skip_last_rank"), "all_reduce", "sum"),
+        pin(("avg_as_sum",), "all_reduce", "avg"),
+        pin(("reduce_op_ignored", "reference_wrong_reduce_op"), "all_reduce", "max", "int32"),
+        pin(("int64_through_float64",), "all_reduce", "sum", "int64"),
+        pin(("subgroup_avg_by_world_size",), "all_reduce", "avg", group=tuple(range(max(1, last)))),
+        pin(("reduce_to_rank_zero",), "reduce", "sum", root=last),
+        pin(("broadcast_wrong_root", "uint8_saturates_at_127"), "broadcast", None, "uint8", (8,), root=last),
+        pin(("all_gather_wrong_order", "reference_lost_chunk"), "all_gather", None),
+        pin(("non_contiguous_lost",), "all_gather", None, layout="non_contiguous"),
+        pin(("allgather_base_reversed",), "all_gather_into_tensor", None),
+        pin(("gather_list_reversed",), "gather", None, root=last),
+        pin(("scatter_ignores_root_order",), "scatter", None, root=last),
+        pin(("reduce_scatter_wrong_chunk",), "reduce_scatter_tensor", "sum"),
+        pin(("reduce_scatter_base_avg_as_sum",), "reduce_scatter_tensor", "avg"),
+        pin(("all_to_all_splits_ignored", "all_to_all_splits_swapped"), "all_to_all_single", None, shape=(0,),
+            splits=uneven),
+    ]
+    if n >= 3:  # a subgroup without rank 0, rooted at its last member: the smallest world that shows it
+        pins.append(pin(("subgroup_root_translated_twice",), "broadcast", None, root=last, group=tuple(range(1, n))))
+    return pins
+
+
 # ------------------------------------------------------------------ clause
-def test_differential(world, backend_spec, request):
+def test_differential(world, backend_spec):
     """Generated collective calls (op, dtype, shape, layout, root, subgroup) match the reference semantics."""
-    replay = os.environ.get(REPLAY_ENV)
-    if replay:
-        call = eval(replay, {"Call": Call})  # noqa: S307 - the user's own reproducer
+    call = replayed(Call)
+    if call is not None:
         if (call.backend, call.world_size) != (backend_spec.name, world.world_size):
             pytest.skip(f"{REPLAY_ENV} replays a call for {call.backend} at world size {call.world_size}")
         gap = backend_spec.gap_for(**call.need())
@@ -232,14 +242,6 @@ def test_differential(world, backend_spec, request):
     combos = allowed_combos(backend_spec, world.world_size)
     if not combos:
         pytest.skip(f"{backend_spec.name}: every generated call would hit a declared gap")
-    strategy = calls(combo_tree(combos), world.world_size, backend_spec.name)
-
-    # no explain phase: the lines it would point at are the harness's, not the backend's
-    @settings(max_examples=request.config.getoption("differential_examples"), deadline=None, database=None,
-              phases=(Phase.explicit, Phase.generate, Phase.shrink),
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-    @given(data=st.data())
-    def differential(data):
-        check_call(world, data.draw(strategy, label="call"))
-
-    differential()
+    pins = [pin for pin in pinned_calls(world.world_size, backend_spec.name)
+            if backend_spec.gap_for(**pin.example.need()) is None]
+    explore(calls(combo_tree(combos), world.world_size, backend_spec.name), lambda call: check_call(world, call), pins)

@@ -13,6 +13,6 @@ with a single-process baseline built from the same seed.
 * ``test_*.py``: the clauses (gradients, buckets, unused parameters,
   no_sync and comm hooks, static graph, Join, construction errors);
 * ``differential.py`` + ``test_differential.py``: hypothesis-generated runs
-  against a single-process oracle (``--ddp-examples``,
-  ``DISTCONFORM_DDP_REPLAY``).
+  against a single-process oracle, on the shared differential runner
+  (suites/differential.py: ``--hypothesis-profile``, ``DISTCONFORM_REPLAY``).
 """

@@ -2,7 +2,7 @@
 trains it under Join, and the single-process oracle.
 
 A ``Case`` is everything about one example and its repr rebuilds it (what a
-failure prints, what ``DISTCONFORM_DDP_REPLAY`` takes back). The oracle does
+failure prints, what ``DISTCONFORM_REPLAY`` takes back: suites/differential.py). The oracle does
 not use DDP or any process group: it replays, in the pytest process, what
 DDP's averaging means (spec A5, B3): at iteration i the ranks still running
 (``iterations[r] > i``) contribute their local gradients, the sum is divided
@@ -32,7 +32,7 @@ MODES = {
 
 @dataclass(frozen=True)
 class Case:
-    """One generated DDP run; ``eval(repr(case))`` rebuilds it."""
+    """One generated DDP run; its repr rebuilds it (suites/differential.py ``parse_example``)."""
 
     widths: tuple  # MLP layer widths, input first
     rows: tuple  # samples per rank

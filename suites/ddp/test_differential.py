@@ -12,39 +12,37 @@ implementations are held to the same oracle, they also agree with each other.
 A divide mode whose requirements (impls.needs_of) hit a declared gap of the
 backend is never drawn.
 
-Options and reproduction:
+Every run first trains the pinned cases (``pinned_cases``), the runs the
+seeded bugs of tests/seeded/ this clause catches need.
 
-* ``--ddp-examples N`` (default 12): runs per implementation,
-  backend and world size; ``--hypothesis-seed N`` repeats a session's runs.
+Options and reproduction (the runner: suites/differential.py):
+
+* ``--hypothesis-profile ci|thorough|pins``: runs per implementation, backend and
+  world size, one per ``RUN_COST`` examples of the profile: 12 (``ci``, the
+  default), 125, or the pins alone (fixtures/hypothesis_profiles.py); ``--hypothesis-seed N``
+  repeats a session's runs.
 * A failure shrinks to a minimal ``Case(...)`` and prints a command that
-  replays exactly it through ``DISTCONFORM_DDP_REPLAY``.
+  replays exactly it through ``DISTCONFORM_REPLAY``.
 """
 
 from __future__ import annotations
 
-import os
+from fractions import Fraction
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fixtures.errors import RankError, WorldError
 from suites.ddp import impls
 from suites.ddp.common import expect_close
 from suites.ddp.differential import MODES, Case, expected_of, train_case
+from suites.differential import REPLAY_ENV, Pin, explore, replay_command, replayed, run_on_world
 
 pytestmark = pytest.mark.needs(feature="ddp")
 
-REPLAY_ENV = "DISTCONFORM_DDP_REPLAY"
 ATOL = 1e-5
-
-
-class WorldLost(BaseException):
-    """The world died or hung: not worth shrinking on (a BaseException, so hypothesis lets it through)."""
-
-
-class RunFailed(Exception):
-    """A rank raised; the world was reset, hypothesis may shrink."""
+# A generated training run costs about as much as 16-20 generated collective calls (on gloo, 2 cores: 0.6 s
+# against 30 ms), so a run is drawn per RUN_COST examples of the profile: 12 runs under ci's 200.
+RUN_COST = 16
 
 
 @st.composite
@@ -58,28 +56,26 @@ def cases(draw, world_size: int, divide_modes=(True, False)) -> Case:
                 seed=draw(st.integers(0, 2**16)))
 
 
-def replay_command(world, impl: str, case: Case) -> str:
-    plugins = "".join(f" --backend-plugin {p}" for p in world.plugins)
-    return (f"{REPLAY_ENV}=\"{case!r}\" python -m pytest 'suites/ddp/test_differential.py' -k {impl} "
-            f"--backend {world.spec.name} --world-size {world.world_size}{plugins}")
+def pinned_cases(world_size: int, divide_modes: tuple) -> list[Pin]:
+    """The runs the seeded bugs of tests/seeded/ need, each trained before any drawn one, with the bugs each
+    catches."""
+    n = world_size
+    uneven = tuple(min(4, n - rank) for rank in range(n))  # rank 0 trains longest; the others join early
+    # one bucket per parameter: 6 all_reduces an iteration over 4 iterations, so one of every 7 is among them
+    pins = [Pin(Case(widths=(2, 3, 3, 1), rows=(2,) * n, iterations=(4,) * n, mode="small_buckets", seed=1),
+                ("ddp_drop_allreduce",))]
+    if False in divide_modes:  # Join dividing by the ranks still running, not by the world size
+        pins.append(Pin(Case(widths=(2, 1), rows=(1,) * n, iterations=uneven, divide_by_initial_world_size=False,
+                             seed=1), ("ddp_join_divide_factor",)))
+    return pins
 
 
 def check_case(world, impl: str, case: Case) -> None:
     __tracebackhide__ = True
-    where = f"\nfailing case: {case!r}\nreplay: {replay_command(world, impl, case)}"
-    try:
-        results = world.run(train_case, impl, case)
-    except RankError as exc:
-        if world.alive and world.tainted:
-            try:
-                world.reset()
-            except WorldError as reset_error:
-                raise WorldLost(f"{exc}\n(resetting the world failed: {reset_error}){where}") from None
-        if not world.alive:
-            raise WorldLost(f"{exc}{where}") from None
-        raise RunFailed(f"{exc}{where}") from None
-    except WorldError as exc:
-        raise WorldLost(f"{exc}{where}") from None
+    command = replay_command(case, "'suites/ddp/test_differential.py'", world.spec.name, world.world_size,
+                             world.plugins, keyword=impl)
+    where = f"\nfailing case: {case!r}\nreplay: {command}"
+    results = run_on_world(world, where, train_case, impl, case)
     expected_grads, expected_params = expected_of(case)
     try:
         for rank, (grads, params) in enumerate(results):
@@ -92,11 +88,10 @@ def check_case(world, impl: str, case: Case) -> None:
 
 
 @pytest.mark.parametrize("impl", impls.impl_params())
-def test_generated_runs_match_oracle(world, impl, backend_spec, request):
+def test_generated_runs_match_oracle(world, impl, backend_spec):
     """Generated MLPs, batch sizes, per-rank iteration maps under Join, loss and reducer modes: every rank's gradients and final weights equal the single-process oracle."""
-    replay = os.environ.get(REPLAY_ENV)
-    if replay:
-        case = eval(replay, {"Case": Case})  # noqa: S307 - the user's own reproducer
+    case = replayed(Case)
+    if case is not None:
         if case.world_size != world.world_size:
             pytest.skip(f"{REPLAY_ENV} replays a case for world size {case.world_size}")
         check_case(world, impl, case)
@@ -105,12 +100,5 @@ def test_generated_runs_match_oracle(world, impl, backend_spec, request):
     # a divide mode whose requirements hit one of the backend's declared gaps is never drawn
     divide_modes = tuple(d for d in (True, False)
                          if not impls.needs_of(impl, d) or backend_spec.gap_for(**impls.needs_of(impl, d)) is None)
-
-    @settings(max_examples=request.config.getoption("ddp_examples"), deadline=None, database=None,
-              phases=(Phase.explicit, Phase.generate, Phase.shrink),
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-    @given(case=cases(world.world_size, divide_modes))
-    def differential(case):
-        check_case(world, impl, case)
-
-    differential()
+    explore(cases(world.world_size, divide_modes), lambda case: check_case(world, impl, case),
+            pinned_cases(world.world_size, divide_modes), share=Fraction(1, RUN_COST))

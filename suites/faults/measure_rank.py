@@ -22,6 +22,7 @@ from typing import Any
 
 PG_TIMEOUT_S = 4.0
 RPC_TIMEOUT_S = 3.0
+PAYLOAD_ENV = "DISTCONFORM_FAULT_PAYLOAD"  # bytes each call moves (the fault's min_payload; default 4 KiB)
 WAIT_FILE_S = 120.0
 HEALED_CALLS = 6  # at most this many calls after healing
 
@@ -61,12 +62,18 @@ class Recorder:
         return bool(record["ok"])
 
 
-def gloo(recorder: Recorder, rank: int, lazy: bool) -> None:
+def _numel() -> int:
+    return max(1, int(os.environ.get(PAYLOAD_ENV, "4096")) // 4)  # float32
+
+
+def gloo(recorder: Recorder, rank: int, lazy: bool, backend: str = "gloo") -> None:
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=PG_TIMEOUT_S))
-    tensor = torch.ones(1024)
+    if backend == "reference":
+        import backends.reference  # noqa: F401  (registers it)
+    dist.init_process_group(backend, rank=rank, world_size=2, timeout=timedelta(seconds=PG_TIMEOUT_S))
+    tensor = torch.ones(_numel())
 
     def all_reduce() -> None:
         dist.all_reduce(tensor)
@@ -76,28 +83,35 @@ def gloo(recorder: Recorder, rank: int, lazy: bool) -> None:
             all_reduce()
     recorder.mark("ready")
     recorder.wait_for("go")
-    recorder.timed("partitioned", all_reduce)
-    recorder.timed("partitioned-again", all_reduce)
+    recorder.timed("faulted", all_reduce)
+    recorder.timed("faulted-again", all_reduce)
     recorder.wait_for("healed")
     for attempt in (1, 2):
         recorder.timed(f"healed-{attempt}", all_reduce)
 
 
-def tensorpipe(recorder: Recorder, rank: int) -> None:
+def tensorpipe(recorder: Recorder, rank: int, agent: str = "tensorpipe") -> None:
     import torch
-    import torch.distributed.rpc as rpc
 
-    options = rpc.TensorPipeRpcBackendOptions(rpc_timeout=RPC_TIMEOUT_S, _transports=["uv"], _channels=["basic"])
+    if agent == "tensorpipe":
+        import torch.distributed.rpc as rpc
+
+        options = rpc.TensorPipeRpcBackendOptions(rpc_timeout=RPC_TIMEOUT_S, _transports=["uv"], _channels=["basic"])
+    else:  # the reference agent of that name, its transport on TP_SOCKET_IFNAME's address as TensorPipe's
+        import backends.reference.rpc as rpc
+
+        options = rpc.ReferenceRpcBackendOptions(agent=agent, rpc_timeout=RPC_TIMEOUT_S)
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2, rpc_backend_options=options)
     peer = f"worker{1 - rank}"
+    payload = torch.ones(_numel())
 
     def call() -> None:
-        rpc.rpc_sync(peer, torch.add, args=(torch.ones(2), 1))
+        rpc.rpc_sync(peer, torch.add, args=(payload, 1))
 
     call()
     recorder.mark("ready")
     recorder.wait_for("go")
-    recorder.timed("partitioned", call)
+    recorder.timed("faulted", call)
     recorder.wait_for("healed")
     # the first calls after healing may still meet TCP's retransmission back-off or a reset connection:
     # keep calling (bounded) until two in a row succeed, so the record shows when the agent works again
@@ -112,15 +126,21 @@ def main(argv: list[str]) -> int:
     scenario, rank, directory = argv[0], int(argv[1]), argv[2]
     _die_with_parent()
     recorder = Recorder(directory, rank)
-    if scenario == "gloo":
-        gloo(recorder, rank, lazy=False)
+    if scenario in ("gloo", "reference"):
+        gloo(recorder, rank, lazy=False, backend=scenario)
     elif scenario == "gloo-lazy":
         gloo(recorder, rank, lazy=True)
-    elif scenario == "tensorpipe":
-        tensorpipe(recorder, rank)
+    elif scenario in ("tensorpipe", "reference-tp"):
+        tensorpipe(recorder, rank, agent=scenario)
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     recorder.mark("done")
+    # stay until the peer is done too: a rank that leaves first resets its connections, and the peer's
+    # later calls would measure that exit (ECONNRESET, EOF) instead of the healed network
+    try:
+        recorder.wait_for(f"rank{1 - rank}.done")
+    except TimeoutError:
+        pass  # the controller kills what is left
     sys.stdout.flush()
     os._exit(0)  # no graceful shutdown: under a fault it may never return
 

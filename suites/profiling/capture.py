@@ -18,6 +18,7 @@ from torch.autograd import profiler_legacy
 
 from backends import rpc_agents
 from suites.profiling.workloads import WORKLOADS
+from suites.rpc.call_modes import CALLS
 
 
 def event_record(evt) -> dict:
@@ -45,10 +46,10 @@ def _rank() -> int:
     return ctx.rank
 
 
-def profile_workload(agent: str, workload: str, mode: str, *, record_shapes: bool = True,
+def profile_workload(agent: str, workload: str, rpc_call: str, *, record_shapes: bool = True,
                      profile_memory: bool = False, warmup: int = 0, profiler: str = "legacy",
                      table: bool = False, trace_path: str | None = None):
-    """On rank 0: run ``workload`` in ``mode`` under a profiler; its events (and table / chrome trace)."""
+    """On rank 0: run ``workload`` called the ``rpc_call`` way under a profiler; its events (and table / chrome trace)."""
     if _rank() != 0:
         return None
     api = rpc_agents.api(agent)
@@ -56,16 +57,16 @@ def profile_workload(agent: str, workload: str, mode: str, *, record_shapes: boo
     args = work.args(agent)
     for _ in range(warmup):  # first calls compile (TorchScript "defaults") and fill caches
         with legacy_profile(record_shapes=record_shapes, profile_memory=profile_memory):
-            work.call(agent, api, mode, args)
+            work.call(agent, api, rpc_call, args)
     if profiler == "legacy":
         prof = legacy_profile(record_shapes=record_shapes, profile_memory=profile_memory)
         with prof:
-            work.call(agent, api, mode, args)
+            work.call(agent, api, rpc_call, args)
         events = prof.function_events
     elif profiler == "kineto":
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                     record_shapes=record_shapes, profile_memory=profile_memory) as prof:
-            work.call(agent, api, mode, args)
+            work.call(agent, api, rpc_call, args)
             torch.zeros(1)  # proof the profiler records (the RPC itself may run no op here)
         events = prof.events()
     else:
@@ -92,7 +93,7 @@ def profile_locally(workload: str) -> list[dict]:
     return [event_record(e) for e in prof.function_events]
 
 
-def profile_failing_call(agent: str, mode: str):
+def profile_failing_call(agent: str, rpc_call: str):
     """On rank 0: an RPC that fails on the callee, under the legacy profiler: (error text, events)."""
     if _rank() != 0:
         return None
@@ -102,10 +103,7 @@ def profile_failing_call(agent: str, mode: str):
     func, args = torch.add, (torch.ones(2), torch.ones(3))
     with legacy_profile(record_shapes=True) as prof:
         try:
-            if mode == "sync":
-                api.rpc_sync("worker1", func, args=args)
-            else:
-                api.rpc_async("worker1", func, args=args).wait()
+            CALLS[rpc_call].invoke(api, "worker1", func, args)
         except Exception as exc:  # noqa: BLE001 - the error is what the clause checks
             error = f"{type(exc).__name__}: {exc}"
     return {"error": error, "events": [event_record(e) for e in prof.function_events]}

@@ -3,7 +3,9 @@
 The baseline runs in a world of its own: TensorPipe starts once per process
 (backends/rpc_agents.py), the shared worlds' processes may already have run
 it, and it does not use the c10d backend under test, so a plain gloo world
-of the same size gives the same profile.
+of the same size gives the same profile. The run's pool (the answer to
+``pytest_distconform_world_pool``) starts that world (``private_world``); a
+pool with no processes to spare (a launched run) skips the case saying so.
 
 That world's TensorPipe gets TP_WORKER_THREADS threads: torch 2.13's
 TensorPipe agent profiles only the first profiled request each RPC worker
@@ -22,7 +24,7 @@ import time
 import pytest
 
 from backends import rpc_agents
-from fixtures.pytest_plugin import _REGISTRY
+from fixtures.pytest_plugin import pool_of
 from fixtures.rpc_plugin import AgentSession
 from fixtures.world import World
 from reports.collector import report_dir
@@ -34,7 +36,7 @@ TP_WORKER_THREADS = 1024  # profiled requests each baseline worker can answer (s
 
 
 class TensorPipeBaseline:
-    """TensorPipe's event multiset per (world size, workload, mode, options), sampled once per session."""
+    """TensorPipe's event multiset per (world size, workload, call mode, options), sampled once per session."""
 
     def __init__(self, config):
         self.config = config
@@ -46,9 +48,7 @@ class TensorPipeBaseline:
             availability = rpc_agents.get("tensorpipe").availability()
             if not availability.available:
                 pytest.skip(f"no TensorPipe baseline: {availability.reason}")
-            spec = self.config.stash[_REGISTRY].get("gloo")
-            world = World(spec, world_size, ("cpu",) * world_size,
-                          deadline=self.config.getoption("deadline")).start()
+            world = pool_of(self.config).private_world("gloo", world_size)
             init_dir = capture.new_init_dir()
             try:
                 world.run(capture.start_tensorpipe, init_dir, TP_WORKER_THREADS)
@@ -58,18 +58,19 @@ class TensorPipeBaseline:
             self.worlds[world_size] = (world, init_dir)
         return self.worlds[world_size][0]
 
-    def get(self, world_size: int, workload: str, mode: str, **options) -> parity.Baseline:
-        """What an agent must record for ``workload`` in ``mode``: TensorPipe's samples read by parity's rule."""
-        key = (world_size, workload, mode, tuple(sorted(options.items())))
+    def get(self, world_size: int, workload: str, rpc_call: str, **options) -> parity.Baseline:
+        """What an agent must record for ``workload`` called the ``rpc_call`` way: TensorPipe's samples read by
+        parity's rule."""
+        key = (world_size, workload, rpc_call, tuple(sorted(options.items())))
         if key not in self.cache:
             world = self.world(world_size)
-            world.run(capture.profile_workload, "tensorpipe", workload, mode, warmup=1, **options)
+            world.run(capture.profile_workload, "tensorpipe", workload, rpc_call, warmup=1, **options)
 
             def sample():
-                out = world.run(capture.profile_workload, "tensorpipe", workload, mode, **options)[0]
+                out = world.run(capture.profile_workload, "tensorpipe", workload, rpc_call, **options)[0]
                 return parity.multiset(out["events"])
 
-            self.cache[key] = parity.take_baseline(sample, racing=WORKLOADS[workload].races(mode))
+            self.cache[key] = parity.take_baseline(sample, racing=WORKLOADS[workload].races(rpc_call))
         return self.cache[key]
 
     def close(self) -> None:

@@ -25,10 +25,11 @@ from backends.registry import BackendRegistry
 from fixtures.world import World
 from suites.profiling import capture, parity
 from suites.profiling.workloads import MODES, WORKLOADS
+from suites.rpc.call_modes import exec_mode_of
 
 
 def sample_world(world_size: int, samples: int) -> dict[tuple[str, str], list[list[dict]]]:
-    """Every workload and mode's ``samples`` profiles (raw events) in a fresh gloo world running TensorPipe."""
+    """Every workload and call mode's ``samples`` profiles (raw events) in a fresh gloo world running TensorPipe."""
     world = World(BackendRegistry(()).get("gloo"), world_size, ("cpu",) * world_size).start()
     init_dir = capture.new_init_dir()
     out: dict[tuple[str, str], list[list[dict]]] = {}
@@ -37,20 +38,20 @@ def sample_world(world_size: int, samples: int) -> dict[tuple[str, str], list[li
         for name, work in WORKLOADS.items():
             if work.min_world_size > world_size:
                 continue
-            for mode in MODES:
-                world.run(capture.profile_workload, "tensorpipe", name, mode, warmup=1)
-                out[name, mode] = [world.run(capture.profile_workload, "tensorpipe", name, mode)[0]["events"]
-                                   for _ in range(samples)]
+            for rpc_call in MODES:
+                world.run(capture.profile_workload, "tensorpipe", name, rpc_call, warmup=1)
+                out[name, rpc_call] = [world.run(capture.profile_workload, "tensorpipe", name, rpc_call)[0]["events"]
+                                       for _ in range(samples)]
         world.run(capture.stop_tensorpipe)
     finally:
         world.close()
     return out
 
 
-def classify(workload: str, mode: str, key: tuple) -> str:
+def classify(workload: str, rpc_call: str, key: tuple) -> str:
     if parity.is_transport(key):
         return "transport work (rule 1: left out)"
-    if WORKLOADS[workload].races(mode) and parity.is_callee_event(key):
+    if WORKLOADS[workload].races(rpc_call) and parity.is_callee_event(key):
         return "racing callee group (rule 2)"
     return "EXACT (rule 3) yet it varied"
 
@@ -73,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     uncovered, report = 0, []
     try:
         for world_size in (int(w) for w in args.world_size.split(",")):
-            for (workload, mode), profiles in sample_world(world_size, args.samples).items():
+            for (workload, rpc_call), profiles in sample_world(world_size, args.samples).items():
+                mode = exec_mode_of(rpc_call)  # as the parity table names it
                 for key, seen in varying(profiles).items():
-                    verdict = classify(workload, mode, key)
+                    verdict = classify(workload, rpc_call, key)
                     uncovered += verdict.startswith("EXACT")
                     report.append({"world_size": world_size, "workload": workload, "mode": mode, "event": key[0],
                                    "node": key[1], "shapes": key[2], "profiles_by_count": dict(seen),

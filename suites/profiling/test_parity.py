@@ -23,18 +23,20 @@ import pytest
 
 from suites.profiling import capture, parity
 from suites.profiling.workloads import MODES, NESTED, WORKLOADS, known_deviation
+from suites.rpc.call_modes import exec_mode_of
 
 DIRECT = [name for name in WORKLOADS if name != NESTED]
 
 
-def check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, workload: str, mode: str):
+def check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, workload: str, rpc_call: str):
     if rpc_agent.name == "tensorpipe":
         pytest.skip("tensorpipe is the baseline: its own samples define the expected events")
-    deviation = known_deviation(rpc_agent.name, workload, mode)  # a gap: mark_gap already made it an xfail
-    expected = tensorpipe_baseline.get(rpc_agent.world_size, workload, mode, record_shapes=True)
-    out = rpc_agent.run(capture.profile_workload, rpc_agent.name, workload, mode, record_shapes=True, warmup=1)[0]
+    deviation = known_deviation(rpc_agent.name, workload, rpc_call)  # a gap: mark_gap already made it an xfail
+    expected = tensorpipe_baseline.get(rpc_agent.world_size, workload, rpc_call, record_shapes=True)
+    out = rpc_agent.run(capture.profile_workload, rpc_agent.name, workload, rpc_call, record_shapes=True, warmup=1)[0]
     diffs = parity.compare(expected, parity.multiset(out["events"]))
     target = f"{rpc_agent.world.spec.name}-ws{rpc_agent.world_size}"
+    mode = exec_mode_of(rpc_call)  # the parity table's column
     parity_report.add(parity.ParityRow(target, rpc_agent.name, workload, mode, not diffs, expected.samples,
                                        [d.line() for d in diffs], deviation or "",
                                        callee_lost_in=expected.lost_in if expected.racing else None,
@@ -43,16 +45,16 @@ def check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, workloa
                        + "\n".join(d.line() for d in diffs))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
 @pytest.mark.parametrize("workload", DIRECT)
-def test_events_match_tensorpipe(request, rpc_agent, tensorpipe_baseline, parity_report, workload, mode):
+def test_events_match_tensorpipe(request, rpc_agent, tensorpipe_baseline, parity_report, workload, rpc_call):
     """A profiled RPC's events (name, node id, input shapes, count) are exactly TensorPipe's."""
-    check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, workload, mode)
+    check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, workload, rpc_call)
 
 
 @pytest.mark.min_world_size(3)
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
 @pytest.mark.needs(workload=NESTED)
-def test_nested_async_events_match_tensorpipe(request, rpc_agent, tensorpipe_baseline, parity_report, mode):
+def test_nested_async_events_match_tensorpipe(request, rpc_agent, tensorpipe_baseline, parity_report, rpc_call):
     """An @async_execution function calling a third worker: chained keys, node ids and async work as TensorPipe."""
-    check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, NESTED, mode)
+    check_parity(request, rpc_agent, tensorpipe_baseline, parity_report, NESTED, rpc_call)

@@ -21,6 +21,7 @@ import torch
 
 from suites.profiling import capture, parity
 from suites.profiling.workloads import CONCURRENT, MODES, NESTED, WORKLOADS
+from suites.rpc.call_modes import CALLS, RPC_ASYNC, RPC_SYNC, exec_mode_of
 
 REMOTE = "#remote_op: "
 DIRECT = [name for name in WORKLOADS if name != NESTED]
@@ -28,52 +29,52 @@ SUCCEEDING = [name for name in WORKLOADS if not WORKLOADS[name].raises]
 TOLERANCE_US = 1.0  # the legacy profiler's clock ticks are microseconds; parsing rounds
 
 
-def key_of(workload: str, mode: str) -> str:
+def key_of(workload: str, rpc_call: str) -> str:
     """The RPC event's name for a workload: torch's _build_rpc_profiling_key over its function's name."""
     from torch.distributed.rpc.internal import RPCExecMode, _build_rpc_profiling_key
 
     work = WORKLOADS[workload]
     func_name = torch.jit._builtins._find_builtin(work.func) or work.func.__qualname__
-    return _build_rpc_profiling_key(RPCExecMode(mode), func_name, "worker0", f"worker{work.dst}")
+    return _build_rpc_profiling_key(RPCExecMode(exec_mode_of(rpc_call)), func_name, "worker0", f"worker{work.dst}")
 
 
-def profile(agent, workload, mode, **options):
-    return agent.run(capture.profile_workload, agent.name, workload, mode, warmup=1, **options)[0]
+def profile(agent, workload, rpc_call, **options):
+    return agent.run(capture.profile_workload, agent.name, workload, rpc_call, warmup=1, **options)[0]
 
 
 def remote_events(out):
     return [e for e in out["events"] if e["is_remote"]]
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_rpc_event_and_remote_events_are_named_by_torchs_key(profiled_agent, mode):
+@pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
+def test_rpc_event_and_remote_events_are_named_by_torchs_key(profiled_agent, rpc_call):
     """torch.add on worker1: "rpc_<mode>#aten::add(worker0 -> worker1)" on node 0 and "<key>#remote_op: aten::add" on node 1."""
-    out = profile(profiled_agent, "builtin_add", mode)
-    key = f"rpc_{mode}#aten::add(worker0 -> worker1)"
+    out = profile(profiled_agent, "builtin_add", rpc_call)
+    key = f"rpc_{exec_mode_of(rpc_call)}#aten::add(worker0 -> worker1)"
     rpc = [e for e in out["events"] if e["name"] == key]
     assert [(e["node_id"], e["is_remote"]) for e in rpc] == [(0, False)], out["events"]
     adds = [e for e in out["events"] if e["name"] == key + REMOTE + "aten::add"]
     assert [(e["node_id"], e["is_remote"]) for e in adds] == [(1, True)]
     for evt in remote_events(out):
         assert evt["name"].startswith(key + REMOTE) and evt["node_id"] == 1, evt
-    if mode == "remote":
+    if CALLS[rpc_call].wait_method == "to_here":  # remote(): the caller's to_here is profiled too
         assert [e["node_id"] for e in out["events"] if e["name"] == "to_here#(worker0)->(worker1)"] == [0]
 
 
 def test_python_function_key_is_its_qualname(profiled_agent):
     """A Python function's key uses its __qualname__: rpc_async#udf_several_ops(worker0 -> worker1)#remote_op: aten::mul."""
-    out = profile(profiled_agent, "python_udf", "async")
+    out = profile(profiled_agent, "python_udf", RPC_ASYNC.name)
     names = [e["name"] for e in remote_events(out)]
     assert "rpc_async#udf_several_ops(worker0 -> worker1)" + REMOTE + "aten::mul" in names
     assert "rpc_async#udf_several_ops(worker0 -> worker1)" + REMOTE + "aten::relu" in names
 
 
 @pytest.mark.min_world_size(3)
-@pytest.mark.parametrize("mode", MODES)
-def test_nested_rpcs_chain_keys_with_each_workers_node_id(profiled_agent, mode):
+@pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
+def test_nested_rpcs_chain_keys_with_each_workers_node_id(profiled_agent, rpc_call):
     """@async_execution on worker1 calling worker2: one "<outer>#remote_op: <inner>" (node 1), one "...#remote_op: aten::add" (node 2)."""
-    out = profile(profiled_agent, NESTED, mode)
-    outer = f"rpc_{mode}#async_add(worker0 -> worker1)"
+    out = profile(profiled_agent, NESTED, rpc_call)
+    outer = f"rpc_{exec_mode_of(rpc_call)}#async_add(worker0 -> worker1)"
     inner = "rpc_async#slow_add(worker1 -> worker2)"
     chained = [e["node_id"] for e in out["events"] if e["name"] == outer + REMOTE + inner]
     innermost = [e["node_id"] for e in out["events"] if e["name"] == outer + REMOTE + inner + REMOTE + "aten::add"]
@@ -83,26 +84,26 @@ def test_nested_rpcs_chain_keys_with_each_workers_node_id(profiled_agent, mode):
             if e["name"] == outer + REMOTE + "aten::add" and e["input_shapes"] == [[2], [], []]]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
 @pytest.mark.parametrize("workload", ["builtin_add", "builtin_mul", "python_udf"])
-def test_remote_input_shapes_equal_the_same_ops_profiled_locally(profiled_agent, workload, mode):
+def test_remote_input_shapes_equal_the_same_ops_profiled_locally(profiled_agent, workload, rpc_call):
     """With record_shapes the callee's ops and their input shapes are those of the function profiled locally."""
-    out = profile(profiled_agent, workload, mode, record_shapes=True)
+    out = profile(profiled_agent, workload, rpc_call, record_shapes=True)
     local = profiled_agent.run(capture.profile_locally, workload)[0]
-    key = key_of(workload, mode)
+    key = key_of(workload, rpc_call)
     remote = sorted((e["name"][len(key + REMOTE):], json.dumps(e["input_shapes"]))
                     for e in remote_events(out) if e["name"].startswith(key + REMOTE))
     here = sorted((e["name"], json.dumps(e["input_shapes"])) for e in local)
     assert remote == here
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
 @pytest.mark.parametrize("workload", SUCCEEDING)
-def test_remote_intervals_lie_inside_the_callers_rpc_event(profiled_agent, workload, mode):
+def test_remote_intervals_lie_inside_the_callers_rpc_event(profiled_agent, workload, rpc_call):
     """Every remote event's interval lies inside the interval of the caller's RPC event it belongs to."""
     if WORKLOADS[workload].min_world_size > profiled_agent.world_size:
         pytest.skip(f"{workload} needs world size >= {WORKLOADS[workload].min_world_size}")
-    out = profile(profiled_agent, workload, mode)
+    out = profile(profiled_agent, workload, rpc_call)
     rpcs = {e["name"]: e for e in out["events"] if not e["is_remote"] and e["name"].startswith("rpc_")}
     remote = remote_events(out)
     assert rpcs and remote, [e["name"] for e in out["events"]]
@@ -112,39 +113,39 @@ def test_remote_intervals_lie_inside_the_callers_rpc_event(profiled_agent, workl
             (evt["name"], (evt["start_us"], evt["end_us"]), (rpc["start_us"], rpc["end_us"]))
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_without_record_shapes_remote_shapes_are_empty(profiled_agent, mode):
+@pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
+def test_without_record_shapes_remote_shapes_are_empty(profiled_agent, rpc_call):
     """Without record_shapes every remote event's input shapes are empty."""
-    out = profile(profiled_agent, "python_udf", mode, record_shapes=False)
+    out = profile(profiled_agent, "python_udf", rpc_call, record_shapes=False)
     assert remote_events(out)
     assert [e["name"] for e in remote_events(out) if e["input_shapes"]] == []
 
 
 def test_profile_memory_travels_and_is_zero_without_it(profiled_agent):
     """profile_memory reaches the callee (non-zero remote memory); without it remote memory is zero."""
-    with_memory = profile(profiled_agent, "python_udf", "sync", profile_memory=True)
-    without = profile(profiled_agent, "python_udf", "sync", profile_memory=False)
+    with_memory = profile(profiled_agent, "python_udf", RPC_SYNC.name, profile_memory=True)
+    without = profile(profiled_agent, "python_udf", RPC_SYNC.name, profile_memory=False)
     assert any(e["cpu_memory_usage"] != 0 for e in remote_events(with_memory))
     assert remote_events(without) and all(e["cpu_memory_usage"] == 0 for e in remote_events(without))
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_kineto_profiler_records_no_remote_events(profiled_agent, mode):
+@pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
+def test_kineto_profiler_records_no_remote_events(profiled_agent, rpc_call):
     """Under torch.profiler.profile (Kineto) no "rpc_" event and no "#remote_op: " event is recorded."""
-    out = profile(profiled_agent, "python_udf", mode, profiler="kineto")
+    out = profile(profiled_agent, "python_udf", rpc_call, profiler="kineto")
     names = [e["name"] for e in out["events"]]
     assert "aten::zeros" in names, f"the Kineto profile recorded nothing: {names}"
     assert [n for n in names if n.startswith("rpc_") or REMOTE in n] == []
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_failing_call_brings_its_error_and_no_remote_events(profiled_agent, mode):
+@pytest.mark.parametrize("rpc_call", (RPC_SYNC.name, RPC_ASYNC.name), ids=exec_mode_of)
+def test_failing_call_brings_its_error_and_no_remote_events(profiled_agent, rpc_call):
     """A request that fails on the callee (torch.add of shapes [2] and [3]): the error arrives, no remote events do.
 
     (A Python function that raises is not such a failure for TensorPipe: its
     exception travels back as the call's value, with the remote events.)
     """
-    out = profiled_agent.run(capture.profile_failing_call, profiled_agent.name, mode)[0]
+    out = profiled_agent.run(capture.profile_failing_call, profiled_agent.name, rpc_call)[0]
     assert out["error"] and "must match the size" in out["error"], out["error"]
     assert [e["name"] for e in out["events"] if e["is_remote"] or REMOTE in e["name"]] == []
 
@@ -154,7 +155,7 @@ def test_table_has_node_ids_and_trace_opens_in_perfetto(profiled_agent, parity_r
     nested = profiled_agent.world_size >= WORKLOADS[NESTED].min_world_size
     workload = NESTED if nested else "python_udf"
     path = parity_report.trace_path(f"trace_{workload}_{profiled_agent.name}_ws{profiled_agent.world_size}.json")
-    out = profiled_agent.run(capture.profile_workload, profiled_agent.name, workload, "sync", warmup=1,
+    out = profiled_agent.run(capture.profile_workload, profiled_agent.name, workload, RPC_SYNC.name, warmup=1,
                              table=True, trace_path=path)[0]
     header = out["table"].splitlines()[1]
     assert "Node ID" in header, out["table"]

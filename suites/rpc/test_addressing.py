@@ -13,6 +13,7 @@ import torch
 from backends.rpc_agents import worker_name
 from fixtures import rpc_lifecycle as lifecycle
 from suites.rpc import udfs
+from suites.rpc.call_modes import CALLS, RPC_ASYNC, RPC_SYNC
 from suites.rpc.common import outcome_of, peer
 
 BAD_NAME = "no-such-worker-7"
@@ -35,14 +36,8 @@ def describe_self():
     return info.name, info.id
 
 
-def call_bad_destination(to):
-    return outcome_of(lifecycle.rpc().rpc_sync, to, udfs.add, args=(torch.ones(1), 1))
-
-
-def call_bad_destination_async(to):
-    def call():
-        return lifecycle.rpc().rpc_async(to, udfs.add, args=(torch.ones(1), 1)).wait()
-    return outcome_of(call)
+def call_bad_destination(to, rpc_call=RPC_SYNC.name):
+    return outcome_of(CALLS[rpc_call].invoke, lifecycle.rpc(), to, udfs.add, (torch.ones(1), 1))
 
 
 # ---------------------------------------------------------------- clauses
@@ -78,12 +73,11 @@ def test_fractional_rank_raises_value_error(rpc_agent, record_property):
         assert got.error_type == "ValueError", f"rank {rank}: to=1.5 {got.describe()}, expected ValueError"
 
 
-@pytest.mark.parametrize("call", ["rpc_sync", "rpc_async"])
-def test_unknown_name_raises_error_naming_it(rpc_agent, call, record_property):
+@pytest.mark.parametrize("rpc_call", (RPC_SYNC.name, RPC_ASYNC.name))
+def test_unknown_name_raises_error_naming_it(rpc_agent, rpc_call, record_property):
     """to= an unknown worker name raises an error whose message names it."""
-    fn = call_bad_destination if call == "rpc_sync" else call_bad_destination_async
-    results = rpc_agent.run(fn, BAD_NAME)
+    results = rpc_agent.run(call_bad_destination, BAD_NAME, rpc_call)
     record_property("finding", f"to={BAD_NAME!r}: {results[0].describe()}")
     for rank, got in enumerate(results):
         assert got.raised and BAD_NAME in got.error, \
-            f"rank {rank}: {call} to unknown {BAD_NAME!r} {got.describe()} (the error must name it)"
+            f"rank {rank}: {rpc_call} to unknown {BAD_NAME!r} {got.describe()} (the error must name it)"

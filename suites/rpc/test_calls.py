@@ -15,19 +15,10 @@ from backends.rpc_agents import worker_name
 from fixtures.rank import ctx
 from fixtures import rpc_lifecycle as lifecycle
 from suites.rpc import udfs
+from suites.rpc.call_modes import CALLS, FUNCTION_CALLS
 from suites.rpc.common import peer_name
 
-CALL_MODES = ("rpc_sync", "rpc_async", "remote")
 IN_FLIGHT = 16  # calls each worker has outstanding to each worker in the concurrency clause
-
-
-def invoke(rpc, mode, to, func, args=(), kwargs=None):
-    """Call ``func`` on ``to`` the way ``mode`` says and return the plain result."""
-    if mode == "rpc_sync":
-        return rpc.rpc_sync(to, func, args=args, kwargs=kwargs)
-    if mode == "rpc_async":
-        return rpc.rpc_async(to, func, args=args, kwargs=kwargs).wait()
-    return rpc.remote(to, func, args=args, kwargs=kwargs).to_here()
 
 
 FUNCTIONS = {
@@ -40,19 +31,19 @@ FUNCTIONS = {
 
 
 # ---------------------------------------------------------------- rank side
-def call_next(mode, kind):
+def call_next(rpc_call, kind):
     func, args, _ = FUNCTIONS[kind]
-    return invoke(lifecycle.rpc(), mode, peer_name(), func, args(ctx.rank))
+    return CALLS[rpc_call].invoke(lifecycle.rpc(), peer_name(), func, args(ctx.rank))
 
 
-def call_self(mode):
-    rpc = lifecycle.rpc()
-    return invoke(rpc, mode, worker_name(ctx.rank), udfs.add_and_report, (torch.ones(3), ctx.rank))
+def call_self(rpc_call):
+    return CALLS[rpc_call].invoke(lifecycle.rpc(), worker_name(ctx.rank), udfs.add_and_report,
+                                  (torch.ones(3), ctx.rank))
 
 
-def call_with_kwargs(mode):
-    return invoke(lifecycle.rpc(), mode, peer_name(), udfs.call_with_kwargs, (torch.ones(2) * ctx.rank,),
-                  {"scale": 3, "shift": 7})
+def call_with_kwargs(rpc_call):
+    return CALLS[rpc_call].invoke(lifecycle.rpc(), peer_name(), udfs.call_with_kwargs, (torch.ones(2) * ctx.rank,),
+                                  {"scale": 3, "shift": 7})
 
 
 def echo_tensors(tensors):
@@ -87,27 +78,28 @@ def _torchscript(kind):
 
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=_torchscript(k)) for k in FUNCTIONS])
-@pytest.mark.parametrize("mode", CALL_MODES)
-def test_call_runs_function_on_peer(rpc_agent, mode, kind):
+@pytest.mark.parametrize("rpc_call", FUNCTION_CALLS)
+def test_call_runs_function_on_peer(rpc_agent, rpc_call, kind):
     """rpc_sync / rpc_async / remote of a builtin, Python or TorchScript function return its exact result."""
-    results = rpc_agent.run(call_next, mode, kind)
+    results = rpc_agent.run(call_next, rpc_call, kind)
     expected = FUNCTIONS[kind][2]
     for rank, got in enumerate(results):
-        assert torch.equal(got, expected(rank)), f"{mode} {kind} from rank {rank}: got {got}, expected {expected(rank)}"
+        assert torch.equal(got, expected(rank)), \
+            f"{rpc_call} {kind} from rank {rank}: got {got}, expected {expected(rank)}"
 
 
-@pytest.mark.parametrize("mode", CALL_MODES)
-def test_call_to_self(rpc_agent, mode):
+@pytest.mark.parametrize("rpc_call", FUNCTION_CALLS)
+def test_call_to_self(rpc_agent, rpc_call):
     """A worker calling itself by its own name runs the function locally and gets the result."""
-    for rank, (where, value) in enumerate(rpc_agent.run(call_self, mode)):
-        assert where == worker_name(rank), f"{mode} to self from rank {rank} ran on {where}"
+    for rank, (where, value) in enumerate(rpc_agent.run(call_self, rpc_call)):
+        assert where == worker_name(rank), f"{rpc_call} to self from rank {rank} ran on {where}"
         assert torch.equal(value, torch.ones(3) + rank)
 
 
-@pytest.mark.parametrize("mode", CALL_MODES)
-def test_keyword_arguments_arrive(rpc_agent, mode):
+@pytest.mark.parametrize("rpc_call", FUNCTION_CALLS)
+def test_keyword_arguments_arrive(rpc_agent, rpc_call):
     """Keyword arguments reach the remote function by name (a * scale + shift)."""
-    for rank, got in enumerate(rpc_agent.run(call_with_kwargs, mode)):
+    for rank, got in enumerate(rpc_agent.run(call_with_kwargs, rpc_call)):
         assert torch.equal(got, torch.ones(2) * rank * 3 + 7), f"rank {rank}: {got}"
 
 

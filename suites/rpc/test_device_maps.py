@@ -16,17 +16,17 @@ import torch
 from fixtures import rpc_lifecycle as lifecycle
 from fixtures.rank import ctx
 from suites.rpc import udfs
+from suites.rpc.call_modes import CALLS, FUNCTION_CALLS
 from suites.rpc.common import outcome_of, peer_name
-from suites.rpc.test_calls import CALL_MODES, invoke
 
 
 # ---------------------------------------------------------------- rank side
-def send_on_my_device(mode):
+def send_on_my_device(rpc_call):
     """(the device the peer saw my tensor on, the device and value its reply came back with)."""
     rpc = lifecycle.rpc()
     mine = torch.arange(4.0, device=ctx.device) + ctx.rank
-    seen = invoke(rpc, mode, peer_name(), udfs.device_of, (mine,))
-    back = invoke(rpc, mode, peer_name(), torch.add, (mine, 1))
+    seen = CALLS[rpc_call].invoke(rpc, peer_name(), udfs.device_of, (mine,))
+    back = CALLS[rpc_call].invoke(rpc, peer_name(), torch.add, (mine, 1))
     return seen, str(back.device), back.cpu()
 
 
@@ -45,17 +45,17 @@ def accelerator_ranks(backend_spec) -> None:
 
 
 @pytest.mark.needs(rpc_feature="device_maps")
-@pytest.mark.parametrize("mode", CALL_MODES)
-def test_tensor_crosses_onto_the_mapped_device_and_back(accelerator_ranks, rpc_agent, mode):
+@pytest.mark.parametrize("rpc_call", FUNCTION_CALLS)
+def test_tensor_crosses_onto_the_mapped_device_and_back(accelerator_ranks, rpc_agent, rpc_call):
     """An accelerator tensor reaches the callee on the device the map names; its reply returns on the caller's device."""
     devices = rpc_agent.world.devices
-    for rank, (seen, back_device, back) in enumerate(rpc_agent.run(send_on_my_device, mode)):
+    for rank, (seen, back_device, back) in enumerate(rpc_agent.run(send_on_my_device, rpc_call)):
         to = (rank + 1) % rpc_agent.world_size
         assert seen == str(torch.device(devices[to])), \
-            f"rank {rank} {mode}: worker{to} got the tensor on {seen}, its map names {devices[to]}"
+            f"rank {rank} {rpc_call}: worker{to} got the tensor on {seen}, its map names {devices[to]}"
         assert back_device == str(torch.device(devices[rank])), \
-            f"rank {rank} {mode}: the reply came back on {back_device}, the caller is on {devices[rank]}"
-        assert torch.equal(back, torch.arange(4.0) + rank + 1), f"rank {rank} {mode}: reply {back.tolist()}"
+            f"rank {rank} {rpc_call}: the reply came back on {back_device}, the caller is on {devices[rank]}"
+        assert torch.equal(back, torch.arange(4.0) + rank + 1), f"rank {rank} {rpc_call}: reply {back.tolist()}"
 
 
 @pytest.mark.rpc_private_agent

@@ -14,9 +14,8 @@ import torch
 from fixtures.rank import ctx
 from fixtures import rpc_lifecycle as lifecycle
 from suites.rpc import udfs
+from suites.rpc.call_modes import CALLS
 from suites.rpc.common import barrier, callee_log, outcome_of, peer_name
-
-MODES = ("rpc_sync", "rpc_async", "remote", "rref_method")
 
 
 def message_from(rank):
@@ -24,18 +23,13 @@ def message_from(rank):
 
 
 # ---------------------------------------------------------------- rank side
-def call_raising(mode, type_name):
-    rpc, to, msg = lifecycle.rpc(), peer_name(), message_from(ctx.rank)
-    if mode == "rpc_sync":
-        call = lambda: rpc.rpc_sync(to, udfs.raise_expected, args=(msg, type_name))
-    elif mode == "rpc_async":
-        call = lambda: rpc.rpc_async(to, udfs.raise_expected, args=(msg, type_name)).wait()
-    elif mode == "remote":
-        call = lambda: rpc.remote(to, udfs.raise_expected, args=(msg, type_name)).to_here()
-    else:
+def call_raising(rpc_call, type_name):
+    rpc, to, msg, mode = lifecycle.rpc(), peer_name(), message_from(ctx.rank), CALLS[rpc_call]
+    if mode.through_rref:  # the method of a Counter the peer owns
         counter = rpc.remote(to, udfs.Counter, args=(0,))
-        call = lambda: counter.rpc_sync().fail(msg, type_name)
-    got = outcome_of(call)
+        got = outcome_of(mode.invoke_method, counter, "fail", msg, type_name)
+    else:
+        got = outcome_of(mode.invoke, rpc, to, udfs.raise_expected, (msg, type_name))
     after = rpc.rpc_sync(to, udfs.add, args=(torch.ones(1), 1))  # the agent still works
     return got, bool(torch.equal(after, torch.full((1,), 2.0)))
 
@@ -56,23 +50,23 @@ def builtin_with_bad_shapes():
 # ---------------------------------------------------------------- clauses
 def _exception_params():
     params = []
-    for mode in MODES:
-        params.append(pytest.param(mode, "ValueError", id=f"{mode}-builtin_type"))
-        custom = pytest.mark.needs(rpc_feature="custom_exception_type", rpc_call=mode)
-        params.append(pytest.param(mode, "ExpectedError", id=f"{mode}-subclass_type", marks=[custom]))
+    for rpc_call in CALLS:
+        params.append(pytest.param(rpc_call, "ValueError", id=f"{rpc_call}-builtin_type"))
+        custom = pytest.mark.needs(rpc_feature="custom_exception_type")
+        params.append(pytest.param(rpc_call, "ExpectedError", id=f"{rpc_call}-subclass_type", marks=[custom]))
     return params
 
 
-@pytest.mark.parametrize(("mode", "type_name"), _exception_params())
-def test_remote_exception_keeps_type_and_message(rpc_agent, mode, type_name, record_property):
+@pytest.mark.parametrize(("rpc_call", "type_name"), _exception_params())
+def test_remote_exception_keeps_type_and_message(rpc_agent, rpc_call, type_name, record_property):
     """A remote function's exception (builtin or a user subclass) is re-raised on the caller with its type and message; the agent stays usable."""
-    results = rpc_agent.run(call_raising, mode, type_name)
-    record_property("finding", f"{type_name} via {mode}: {results[0][0].error_type}")
+    results = rpc_agent.run(call_raising, rpc_call, type_name)
+    record_property("finding", f"{type_name} via {rpc_call}: {results[0][0].error_type}")
     for rank, (got, still_works) in enumerate(results):
-        assert got.error_type == type_name, f"rank {rank} via {mode}: {got.describe()}, expected {type_name}"
+        assert got.error_type == type_name, f"rank {rank} via {rpc_call}: {got.describe()}, expected {type_name}"
         assert message_from(rank) in got.error, \
-            f"rank {rank} via {mode}: message lost: {got.error!r}"
-        assert still_works, f"rank {rank}: a call after the failed {mode} call returned a wrong value"
+            f"rank {rank} via {rpc_call}: message lost: {got.error!r}"
+        assert still_works, f"rank {rank}: a call after the failed {rpc_call} call returned a wrong value"
 
 
 def test_remote_exception_is_logged_on_callee(rpc_agent):

@@ -19,6 +19,7 @@ import torch
 from backends.rpc_agents import Faults
 from fixtures import rpc_lifecycle as lifecycle
 from suites.rpc import udfs
+from suites.rpc.call_modes import CALLS, FUNCTION_CALLS, REMOTE, RPC_SYNC
 from suites.rpc.common import outcome_of, peer_name
 from fixtures.rank import ctx
 
@@ -28,18 +29,22 @@ SLACK_S = 2.0  # generous: two cores are shared by many processes
 # builtin operators travel as SCRIPT_CALL / SCRIPT_REMOTE_CALL; the agents' own
 # control messages (shutdown handshake, RRef bookkeeping) do not
 DELAYED = ("SCRIPT_CALL", "SCRIPT_REMOTE_CALL")
-CALL_MODES = ("rpc_sync", "rpc_async", "remote")
 
 
-def timed_call(rpc, mode, func, args, **timeout):
-    if mode == "rpc_sync":
-        return outcome_of(rpc.rpc_sync, peer_name(), func, args=args, **timeout)
-    if mode == "rpc_async":
-        return outcome_of(lambda: rpc.rpc_async(peer_name(), func, args=args, **timeout).wait())
-    if mode == "remote":
-        return outcome_of(lambda: rpc.remote(peer_name(), func, args=args, **timeout).to_here())
-    # to_here's own timeout bounds the wait for the value of a remote() already made
-    return outcome_of(lambda: rpc.remote(peer_name(), func, args=args).to_here(**timeout))
+def timed_call(rpc, rpc_call, func, args, **timeout):
+    """The outcome of calling ``func`` on the peer the way ``rpc_call`` says, ``timeout=`` on the call."""
+    return outcome_of(CALLS[rpc_call].invoke, rpc, peer_name(), func, args, **timeout)
+
+
+def timed_to_here(rpc, func, args, **timeout):
+    """The outcome of remote() without a timeout, then to_here with ``timeout=``: to_here's own timeout bounds
+    the wait for the value of a remote() already made."""
+    return outcome_of(lambda: REMOTE.call(rpc, peer_name(), func, args).to_here(**timeout))
+
+
+def slow_callee_id(rpc_call: str) -> str:
+    """The slow-callee clause's case id: remote's timeout is to_here's there."""
+    return "to_here" if CALLS[rpc_call] is REMOTE else rpc_call
 
 
 def delayed_faults():
@@ -47,28 +52,31 @@ def delayed_faults():
 
 
 # ---------------------------------------------------------------- rank side
-def slow_callee(mode):
-    """On the shared agent: the callee sleeps longer than the call's timeout."""
-    return timed_call(lifecycle.rpc(), mode, udfs.sleep_then, (DELAY_S, ctx.rank), timeout=TIMEOUT_S)
+def slow_callee(rpc_call):
+    """On the shared agent: the callee sleeps longer than the call's timeout (remote's: to_here's)."""
+    rpc, args = lifecycle.rpc(), (DELAY_S, ctx.rank)
+    if CALLS[rpc_call] is REMOTE:
+        return timed_to_here(rpc, udfs.sleep_then, args, timeout=TIMEOUT_S)
+    return timed_call(rpc, rpc_call, udfs.sleep_then, args, timeout=TIMEOUT_S)
 
 
-def delayed_with_call_timeout(mode):
+def delayed_with_call_timeout(rpc_call):
     with lifecycle.private_agent(faults=delayed_faults()) as rpc:
-        late = timed_call(rpc, mode, torch.add, (torch.ones(2), ctx.rank), timeout=TIMEOUT_S)
-        in_time = timed_call(rpc, mode, torch.add, (torch.ones(2), ctx.rank), timeout=DELAY_S + SLACK_S + 5)
+        late = timed_call(rpc, rpc_call, torch.add, (torch.ones(2), ctx.rank), timeout=TIMEOUT_S)
+        in_time = timed_call(rpc, rpc_call, torch.add, (torch.ones(2), ctx.rank), timeout=DELAY_S + SLACK_S + 5)
     return late, in_time
 
 
 def delayed_with_default_timeout():
     with lifecycle.private_agent(faults=delayed_faults(), rpc_timeout=TIMEOUT_S) as rpc:
         reported = rpc.get_rpc_timeout()
-        late = timed_call(rpc, "rpc_sync", torch.add, (torch.ones(2), ctx.rank))
+        late = timed_call(rpc, RPC_SYNC.name, torch.add, (torch.ones(2), ctx.rank))
     return reported, late
 
 
 def delayed_with_no_timeout():
     with lifecycle.private_agent(faults=delayed_faults(), rpc_timeout=TIMEOUT_S) as rpc:
-        return timed_call(rpc, "rpc_sync", torch.add, (torch.ones(2), ctx.rank), timeout=0)
+        return timed_call(rpc, RPC_SYNC.name, torch.add, (torch.ones(2), ctx.rank), timeout=0)
 
 
 # ---------------------------------------------------------------- checks
@@ -82,22 +90,22 @@ def expect_timeout(spec, got, timeout, what, record_property):
 
 
 # ---------------------------------------------------------------- clauses
-@pytest.mark.parametrize("mode", ("rpc_sync", "rpc_async", "to_here"))
-def test_slow_callee_times_out(rpc_agent, mode, record_property):
+@pytest.mark.parametrize("rpc_call", FUNCTION_CALLS, ids=slow_callee_id)
+def test_slow_callee_times_out(rpc_agent, rpc_call, record_property):
     """A call (or to_here) whose callee computes longer than timeout= fails with the agent's timeout error within [timeout, timeout + slack]."""
-    for rank, got in enumerate(rpc_agent.run(slow_callee, mode)):
-        expect_timeout(rpc_agent.spec, got, TIMEOUT_S, f"rank {rank} {mode}", record_property)
+    for rank, got in enumerate(rpc_agent.run(slow_callee, rpc_call)):
+        expect_timeout(rpc_agent.spec, got, TIMEOUT_S, f"rank {rank} {slow_callee_id(rpc_call)}", record_property)
 
 
 @pytest.mark.rpc_private_agent
 @pytest.mark.needs(rpc_feature="fault_injection")
-@pytest.mark.parametrize("mode", CALL_MODES)
-def test_delayed_message_against_call_timeout(rpc_agent, mode, record_property):
+@pytest.mark.parametrize("rpc_call", FUNCTION_CALLS)
+def test_delayed_message_against_call_timeout(rpc_agent, rpc_call, record_property):
     """A request held in transit longer than timeout= fails with the timeout error in time; with a longer timeout it succeeds."""
-    for rank, (late, in_time) in enumerate(rpc_agent.run(delayed_with_call_timeout, mode)):
-        expect_timeout(rpc_agent.spec, late, TIMEOUT_S, f"rank {rank} {mode}", record_property)
+    for rank, (late, in_time) in enumerate(rpc_agent.run(delayed_with_call_timeout, rpc_call)):
+        expect_timeout(rpc_agent.spec, late, TIMEOUT_S, f"rank {rank} {rpc_call}", record_property)
         assert not in_time.raised and torch.equal(in_time.value, torch.ones(2) + rank), \
-            f"rank {rank} {mode} with a long enough timeout: {in_time.describe()}"
+            f"rank {rank} {rpc_call} with a long enough timeout: {in_time.describe()}"
 
 
 @pytest.mark.rpc_private_agent

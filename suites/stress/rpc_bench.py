@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from backends import rpc_agents
 from fixtures.rank import ctx, on_before_pg_destroy
+from suites.rpc.call_modes import by_exec_mode
 from suites.stress import rpc_udfs
 
 HEAVY_SHAPE = (100, 100)  # torch's test_stress_heavy_rpc argument
@@ -83,8 +84,11 @@ def _profile_summary(prof, exit_seconds: float) -> dict:
 
 def measure(agent: str, benchmark: str, mode: str, *, calls: int, warmup: int, profiled: bool = False,
             udf: str | None = None) -> dict:
-    """Time ``calls`` RPCs of ``benchmark`` ("light" or "heavy") in ``mode`` ("async" or "sync")."""
+    """Time ``calls`` RPCs of ``benchmark`` ("light" or "heavy") in ``mode`` ("async" or "sync": torch's exec mode
+    of a call mode of suites/rpc/call_modes.py)."""
+    call_mode = by_exec_mode(mode)
     rpc = rpc_agents.api(agent)
+    send = getattr(rpc, call_mode.api)  # looked up once: the loop times the RPC, not the lookup
     dst = rpc_agents.worker_name((ctx.rank + 1) % ctx.world_size)
     func = rpc_udfs.UDFS[udf or benchmark]
     args = (torch.ones(HEAVY_SHAPE),) if benchmark == "heavy" else ()
@@ -93,22 +97,20 @@ def measure(agent: str, benchmark: str, mode: str, *, calls: int, warmup: int, p
     samples_ns = None
     dist.barrier()
     with _profiler(profiled) as prof:
-        if mode == "async":
+        if not call_mode.blocking:  # a burst of calls, then wait for them all: the burst's time is the figure
             started = time.perf_counter_ns()
-            futures = [rpc.rpc_async(dst, func, args=args) for _ in range(calls)]
-            values = torch.futures.wait_all(futures)
+            handles = [send(dst, func, args=args) for _ in range(calls)]
+            values = call_mode.wait_all(handles)
             elapsed_ns = time.perf_counter_ns() - started
-        elif mode == "sync":
+        else:  # one call after the other, each timed, for the latency percentiles
             samples_ns, values = [], []
             clock = time.perf_counter_ns
             started = clock()
             for _ in range(calls):
                 before = clock()
-                values.append(rpc.rpc_sync(dst, func, args=args))
+                values.append(send(dst, func, args=args))
                 samples_ns.append(clock() - before)
             elapsed_ns = clock() - started
-        else:
-            raise ValueError(f"unknown mode {mode!r}; expected async or sync")
         exit_started = time.perf_counter()
     profile = _profile_summary(prof, time.perf_counter() - exit_started) if profiled else None
     wrong = sum(1 for v in warm_values + values if v != 0)

@@ -11,11 +11,14 @@ import argparse
 import sys
 
 from backends import rpc_agents
+from suites.rpc.call_modes import RPC_ASYNC, RPC_SYNC
 from suites.stress.common import csv_list
 from suites.stress.records import Baseline, RecordError, read_baseline
 
 BENCHMARKS = ("light", "heavy", "train")
-MODES = ("async", "sync")
+# the light and heavy benchmarks' modes, named by torch's exec mode (suites/rpc/call_modes.py): async, a burst of
+# rpc_async then wait for all; sync, a loop of rpc_sync, every call timed (suites/stress/rpc_bench.py)
+MODES = (RPC_ASYNC.exec_mode, RPC_SYNC.exec_mode)
 TRAIN_MODE = "step"  # the train benchmark's one mode: a loop of timed training steps
 PROFILABLE = ("light", "heavy")
 PROFILED_BENCHMARKS = ("light",)  # issue 5: the light benchmark under the legacy profiler (the default)

@@ -157,15 +157,17 @@ class RpcBench:
                 running = True
             calls = calls_of(args, benchmark)
             udf = args.planted.get(agent) if benchmark == "light" else None
+            world = slot.world
+            assert world is not None  # _start made it (or the agent was abandoned above)
             started = time.monotonic()
             try:
                 if benchmark == "train":
-                    slot.world.run(rpc_train.prepare, agent, deadline=max(args.deadline, IMPORT_DEADLINE_S))
-                    runs = [slot.world.run(rpc_train.measure, agent, steps=calls, warmup=args.warmup,
-                                           deadline=args.deadline) for _ in range(args.repeat)]
+                    world.run(rpc_train.prepare, agent, deadline=max(args.deadline, IMPORT_DEADLINE_S))
+                    runs = [world.run(rpc_train.measure, agent, steps=calls, warmup=args.warmup,
+                                      deadline=args.deadline) for _ in range(args.repeat)]
                 else:
-                    runs = [slot.world.run(rpc_bench.measure, agent, benchmark, mode, calls=calls,
-                                           warmup=args.warmup, profiled=profiled, udf=udf, deadline=args.deadline)
+                    runs = [world.run(rpc_bench.measure, agent, benchmark, mode, calls=calls,
+                                      warmup=args.warmup, profiled=profiled, udf=udf, deadline=args.deadline)
                             for _ in range(args.repeat)]
             except Exception as exc:
                 # RankError (an RPC failed), DeadlineExceeded (a hang: stacks in the JSON),
@@ -180,7 +182,7 @@ class RpcBench:
             record = best_of(key, calls, runs, wall_s=time.monotonic() - started)
             self.records.append(record)
             say(progress_line(record))
-        if running:
+        if running and slot.world is not None:
             try:
                 slot.world.run(rpc_bench.stop, agent, True, deadline=args.deadline)
             except Exception as exc:

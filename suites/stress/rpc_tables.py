@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from suites.rpc.call_modes import by_exec_mode
 from suites.stress.common import say
 from suites.stress.records import RpcKey, RpcRecord
 from suites.stress.rpc_figures import BASE_AGENT
@@ -54,9 +55,9 @@ def _section_title(args: argparse.Namespace, benchmark: str, mode: str) -> str:
         return (f"# distributed training ({args.train_steps} steps per trainer: forward over RPC, dist backward, "
                 "DistributedOptimizer step; rank 0 the parameter server): rpcs_per_s = steps/s per trainer, "
                 "p50/p99 = step time")
-    calls = calls_of(args, benchmark)
-    return (f"# {benchmark} RPC, {mode} ({'burst of rpc_async + wait_all' if mode == 'async' else 'loop of rpc_sync'}), "
-            f"{calls} calls per rank to rank+1")
+    calls, call = calls_of(args, benchmark), by_exec_mode(mode)
+    how = f"loop of {call.name}" if call.blocking else f"burst of {call.name} + wait_all"
+    return f"# {benchmark} RPC, {mode} ({how}), {calls} calls per rank to rank+1"
 
 
 def print_tables(records: list[RpcRecord], errors: list[dict], args: argparse.Namespace) -> None:

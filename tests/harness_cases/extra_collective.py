@@ -27,7 +27,8 @@ def _call(fn, a: table.Args):
 
 
 _SINGLE = table.TABLE["reduce_scatter_tensor"]
-ENTRY = table.Collective(NAME, "reduce_scatter", "base", table.FLAT, table.ONE, True, table.ALL_TO_ALL,
-                         _call, _SINGLE.oracle, _SINGLE.bus_factor, entry_points=(ENTRY_POINT,),
+ENTRY = table.Collective(name=NAME, family="reduce_scatter", form="base", inputs=table.FLAT, outputs=table.ONE,
+                         reduces=True, flow=table.ALL_TO_ALL, call=_call, oracle=_SINGLE.oracle,
+                         bus_factor=_SINGLE.bus_factor, entry_points=(ENTRY_POINT,),
                          dtypes_reduced=(table.COMPLEX, table.PREMUL_SUM))
 table.TABLE.setdefault(NAME, ENTRY)

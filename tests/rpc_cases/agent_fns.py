@@ -8,6 +8,7 @@ so a world can run any number of them, in any order.
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from contextlib import contextmanager
 
@@ -17,6 +18,7 @@ import torch.distributed as dist
 import backends.reference.rpc as rpc
 from backends.reference.rpc import tp_codec
 from fixtures.rank import ctx
+from suites.rpc.common import barrier
 
 
 # ------------------------------------------------------------- callees
@@ -234,6 +236,9 @@ def ungraceful_shutdown_fails_pending() -> dict:
 def stranger_refused() -> dict:
     """A connection without the world's token is refused with the reason; the agent keeps serving."""
     with running(prefix="s"):
+        # every worker's peers are connected before anyone claims a rank: a claim that came first
+        # would be adopted in place of the real dialer (claimed_before_connect shows what follows)
+        barrier("s-started")
         agent = rpc.api._current_agent()
         target = peer()
         host, port = agent.store.get(f"tp/addr/{target}").decode().rsplit(":", 1)
@@ -259,6 +264,63 @@ def stranger_refused() -> dict:
     return {"replies": replies, "still": still, "refused": refused}
 
 
+def claimed_before_connect() -> dict:
+    """World size 3: rank 0 claims rank 2 at rank 1 (with the world's token) before rank 2 dials it.
+
+    Rank 1 adopts the impostor, refuses the real rank 2, and sends it a call that
+    lands, unread, on rank 0's socket; rank 0 then resets that socket. The call
+    fails and both ends of the 1-2 link lose it; graceful shutdown must still
+    return on every worker (the lost call is not in flight any more).
+    """
+    from backends.reference import handshake
+    from backends.reference.rpc.tp_transport import TpTransport
+
+    store = dist.PrefixStore("cb-case", ctx.store)
+    real_dial, real_adopt = handshake.dial, TpTransport._adopt
+
+    def dial_after_the_impostor(store_, prefix, peer, hello, timeout_s):
+        if peer == 1:
+            store.wait(["adopted"])
+        return real_dial(store_, prefix, peer, hello, timeout_s)
+
+    def adopt_and_tell(self, peer, sock):
+        real_adopt(self, peer, sock)
+        if peer == 2:
+            store.set("adopted", "1")
+
+    if ctx.rank == 1:
+        TpTransport._adopt = adopt_and_tell
+    if ctx.rank == 2:
+        handshake.dial = dial_after_the_impostor
+    out: dict = {}
+    try:
+        start(prefix="cb")
+        agent = rpc.api._current_agent()
+        if ctx.rank == 0:
+            host, port = agent.store.get("tp/addr/1").decode().rsplit(":", 1)
+            token = agent.store.get("tp/token").decode()
+            impostor = socket.create_connection((host, int(port)), timeout=5)
+            impostor.sendall(tp_codec.hello_bytes(tp_codec.HELLO, {"token": token, "rank": 2}))
+            store.wait(["sent", "refused"])  # held open until the real rank 2 was refused
+            impostor.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            impostor.close()  # a reset: rank 1's call is still unread in it
+        if ctx.rank == 1:
+            fut = rpc.rpc_async(2, add, args=(1, 1))
+            store.set("sent", "1")
+            out["call"] = error_of(fut.wait)[:2]
+        if ctx.rank == 2:
+            while not agent.transport.dropped:  # rank 1's REFUSED arrived on the link rank 2 dialed
+                time.sleep(0.002)
+            store.set("refused", "1")
+        begin = time.perf_counter()
+        rpc.shutdown()
+        out["shutdown_s"] = time.perf_counter() - begin
+        out["refused"] = list(agent.transport.refused)
+    finally:
+        handshake.dial, TpTransport._adopt = real_dial, real_adopt
+    return out
+
+
 def profiled_call() -> list:
     """Under the legacy profiler, an RPC's record and the callee's ops (renamed #remote_op:) are in the profile."""
     with running(prefix="prof"):
@@ -278,8 +340,6 @@ def owned_count():
 def rref_lifetimes() -> dict:
     """RRefs made, forked to other workers and dropped are freed on their owner; one still held is kept."""
     import gc
-
-    from suites.rpc.common import barrier
 
     with running(prefix="life"):
         to, third = peer(), (ctx.rank + 2) % ctx.world_size

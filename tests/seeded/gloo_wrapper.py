@@ -54,7 +54,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroupGloo, _create_work_from_future
 
 from backends.builtin import BUILTIN_SPECS
-from backends.spec import MONITORED_BARRIER_GLOO_ONLY
+from backends.spec import MONITORED_BARRIER_GLOO_ONLY, PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE
 
 CPU = torch.device("cpu")
 
@@ -322,6 +322,7 @@ class GlooWrapper(dist.ProcessGroup):
 # -------------------------------------------------------------- registering
 WRAPPER_GAPS = (
     MONITORED_BARRIER_GLOO_ONLY,
+    PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE,  # the wrapper is a Python ProcessGroup
 )
 
 

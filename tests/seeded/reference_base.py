@@ -21,7 +21,8 @@ def register_reference(name: str, cls: type) -> object:
 
     def create(dist_options, backend_options):
         return cls(dist_options.store, dist_options.group_rank, dist_options.group_size, dist_options.timeout,
-                   global_ranks=list(dist_options.global_ranks_in_group) or None)
+                   global_ranks=list(dist_options.global_ranks_in_group) or None,
+                   enable_reconfigure=getattr(dist_options, "enable_reconfigure", False))
 
     if name.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(name, create, extended_api=True, devices=["cpu"])

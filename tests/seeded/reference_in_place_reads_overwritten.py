@@ -32,7 +32,7 @@ class InPlaceReadsOverwritten(ReferenceProcessGroup):
                 out.copy_(semantics.reduce_tensors(op, [out, got[rank]]))
             return [out]
 
-        return self._submit("reduce_scatter", dict(self._describe(out), reduce=op, factor=factor), run, opts.timeout)
+        return self._submit("reduce_scatter", dict(self._describe(out), reduce=op, factor=factor), run, opts)
 
 
 DISTCONFORM_SPEC = register_reference("reference_in_place_reads_overwritten", InPlaceReadsOverwritten)

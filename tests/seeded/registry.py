@@ -486,6 +486,43 @@ BUGS: tuple[SeededBug, ...] = (
         suite='suites/c10d/test_broadcast_reduce.py',
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend: a reconfigure to fewer ranks keeps the group it had, excluded ranks included.
+    SeededBug(
+        name='reference_reconfigure_keeps_excluded',
+        contract='reconfigure without the last or a middle rank renumbers the survivors; all_reduce and broadcast exact',
+        clauses=('suites/c10d/test_reconfigure.py::test_survivors_are_renumbered',),
+        suite='suites/c10d/test_reconfigure.py::test_survivors_are_renumbered',
+        hangs=True,
+        torch='>=2.14',
+        shares_a_run=True,
+    ),
+    # Seeded bug in the reference backend: reconfigure() forgets the uuids it used, so a reused uuid is accepted.
+    SeededBug(
+        name='reference_reused_uuid_accepted',
+        contract='reconfigure refuses a uuid used before, no handles, a handle twice, a list without its own handle',
+        clauses=('suites/c10d/test_reconfigure.py::test_bad_requests_are_refused',),
+        suite='suites/c10d/test_reconfigure.py::test_bad_requests_are_refused',
+        torch='>=2.14',
+        shares_a_run=True,
+    ),
+    # Seeded bug in the reference backend: get_error() says SUCCESS after a timeout, where the reference declares TIMEOUT.
+    SeededBug(
+        name='reference_get_error_hides_timeout',
+        contract='after a timed-out all_reduce get_error() is what the backend declares; a reconfigure recovers',
+        clauses=('suites/c10d/test_fault_signals.py::test_after_a_timeout_a_reconfigure_recovers',),
+        suite='suites/c10d/test_fault_signals.py',
+        torch='>=2.14',
+        shares_a_run=True,
+    ),
+    # Seeded bug in the reference backend: register_abort_hook() accepts a hook and never calls it.
+    SeededBug(
+        name='reference_abort_hook_never_called',
+        contract='a timed-out all_reduce runs the registered abort hook on the ranks that timed out',
+        clauses=('suites/c10d/test_fault_signals.py::test_abort_hooks_run_when_a_timeout_revokes_the_group',),
+        suite='suites/c10d/test_fault_signals.py',
+        torch='>=2.14',
+        shares_a_run=True,
+    ),
     # Seeded bug in the reference backend: abort() fails the running collective but drops the queued ones.
     SeededBug(
         name='reference_abort_drops_queued',

@@ -23,8 +23,10 @@ layers.py): the agent asks each to wrap and unwrap requests and responses
 and names none of them.
 
 Graceful shutdown is a termination detection over the store: every worker,
-once locally idle, publishes its counts of messages sent and received; two
-consecutive rounds with equal, balanced totals mean nothing is in flight.
+once locally idle, publishes its ledger (ledger.py: messages sent on and
+received from each link, and the links it lost); two consecutive rounds with
+equal counts, balanced on every link neither end lost, mean nothing is in
+flight.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from functools import partial
 import torch
 from torch._C._distributed_rpc import WorkerInfo
 
-from . import builtin_ops, layers, serialize
+from . import builtin_ops, layers, ledger, serialize
 from .envelope import Envelope, OutgoingRequest
 from .failures import Failure as _Failure
 from .failures import UdfRaised as _UdfRaised
@@ -177,10 +179,16 @@ class Agent:
         # heappush/heappop of ints are single C calls under the GIL: no lock.
         self._deadlines: list = []
         self._t0 = time.monotonic()
-        self._sent = itertools.count()  # counters read through repr(): next() is atomic, += is not
+        # counters read through repr(): next() is atomic, += is not
         self._received = itertools.count()
         self._finished = itertools.count()
-        self._send_failures = itertools.count()
+        # graceful shutdown's ledger, per link: requests and RRef messages sent to each rank (minus the
+        # sends that raised) and received from each; a lost link's messages are lost for good (their
+        # calls failed), so its counts leave the ledger rather than keep shutdown waiting for ever
+        self._sent_to = [itertools.count() for _ in range(world_size)]
+        self._failed_to = [itertools.count() for _ in range(world_size)]
+        self._received_from = [itertools.count() for _ in range(world_size)]
+        self._lost: set[int] = set()
         self._backlog: queue.SimpleQueue = queue.SimpleQueue()
         self._slots: queue.SimpleQueue = queue.SimpleQueue()
         for slot in range(options.num_worker_threads):
@@ -269,18 +277,20 @@ class Agent:
                     raise RuntimeError(f"{self.info}: RPC shutdown timed out after {timeout:g} s with "
                                        f"{len(self._pending)} calls outstanding")
                 time.sleep(IDLE_POLL_S)
-            sent = self._count(self._sent) - self._count(self._send_failures)
-            self.store.set(f"shutdown/{round_}/{self.rank}", f"{sent},{self._count(self._received)}")
+            self.store.set(f"shutdown/{round_}/{self.rank}", self._ledger())
             keys = [f"shutdown/{round_}/{r}" for r in range(self.world_size)]
             if deadline is not None:
                 self.store.wait(keys, timedelta(seconds=max(0.001, deadline - time.monotonic())))
             else:  # torch's graceful shutdown has no timeout: never the store's (the RPC timeout)
                 self.store.wait(keys, UNBOUNDED_SHUTDOWN_WAIT)
-            counts = [tuple(int(x) for x in self.store.get(key).decode().split(",")) for key in keys]
-            totals = (sum(c[0] for c in counts), sum(c[1] for c in counts))
-            if totals[0] == totals[1] and totals == previous:
+            links = ledger.open_links([ledger.Ledger.decode(self.store.get(key), self.world_size) for key in keys])
+            if ledger.quiet(links) and links == previous:  # and nothing moved since the last round
                 return
-            previous = totals
+            previous = links
+
+    def _ledger(self) -> bytes:
+        sent = tuple(self._count(s) - self._count(f) for s, f in zip(self._sent_to, self._failed_to))
+        return ledger.Ledger(sent, tuple(self._count(r) for r in self._received_from), frozenset(self._lost)).encode()
 
     # ============================================================ caller
     def worker_info(self, to) -> WorkerInfo:
@@ -413,9 +423,10 @@ class Agent:
         self._send(dst, Frame(kind, 0, header, tensors), None)
 
     def _send(self, dst: int, frame: Frame, msg_id) -> None:
-        next(self._sent)
+        next(self._sent_to[dst])
         if dst == self.rank:  # self: skip the transport, still through the pool, tensors copied
             next(self._received)
+            next(self._received_from[dst])
             local = Frame(frame.kind, frame.msg_id, frame.header, serialize.self_copy(frame.tensors))
             if local.kind in self._requests:
                 self._accept_request(dst, local, inline=False)
@@ -425,7 +436,7 @@ class Agent:
         try:
             self.transport.send(dst, frame)
         except Exception as exc:
-            next(self._send_failures)
+            next(self._failed_to[dst])
             entry = self._pending.pop(msg_id, None) if msg_id is not None else None
             if entry is not None:
                 self._fail(entry, RuntimeError(f"RPC to {self.workers[dst]} failed: {exc}"))
@@ -447,6 +458,7 @@ class Agent:
                 layer.unwrap_response(self, state[layer.name], mine)
 
     def _peer_lost(self, peer: int, reason: str) -> None:
+        self._lost.add(peer)
         name = self.workers[peer] if peer < len(self.workers) else peer
         for msg_id, entry in list(self._pending.items()):
             if entry.dst == peer:
@@ -483,6 +495,7 @@ class Agent:
             self._response(frame)
             return
         next(self._received)
+        next(self._received_from[src])
         if kind in self._requests:
             self._accept_request(src, frame, self._inline)
         else:

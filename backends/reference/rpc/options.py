@@ -27,7 +27,8 @@ class ReferenceRpcBackendOptions:
     * ``store``: a c10d Store shared by every worker of this agent (a fresh
       one, or a fresh PrefixStore, per init); else ``init_method``
       (``file://``, ``tcp://``; default ``env://`` as torch) is rendezvoused as torch does;
-    * ``listen_host``: where reference-tp listens (loopback by default);
+    * ``listen_host``: where reference-tp listens; by default as TensorPipe chooses, the address of
+      ``TP_SOCKET_IFNAME``'s interface when set, else loopback;
     * ``faults``: a ``backends.rpc_agents.Faults`` to drop or delay chosen
       message kinds (wraps the transport in faulty.FaultyTransport).
     """
@@ -38,7 +39,7 @@ class ReferenceRpcBackendOptions:
     rpc_timeout: float = 60.0
     store: object = None
     init_method: str | None = None
-    listen_host: str = "127.0.0.1"
+    listen_host: str | None = None
     faults: Faults | None = None
 
     def __post_init__(self):

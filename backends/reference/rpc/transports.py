@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from .. import handshake
 from .pg_transport import PgTransport
 from .tp_transport import TpTransport
 from .transport import Transport
@@ -16,7 +17,7 @@ from .transport import Transport
 
 def over_sockets(options) -> Transport:
     """reference-tp: a direct socket per peer."""
-    return TpTransport(listen_host=options.listen_host)
+    return TpTransport(listen_host=options.listen_host or handshake.listen_host("TP_SOCKET_IFNAME"))
 
 
 def over_process_group(options) -> Transport:
