@@ -283,6 +283,19 @@ GLOO_GAPS += (
 # at ws2 and ws3 (OFF, INFO, DETAIL): the options it was created with round-trip (timeout, group_desc), the old and
 # new single-buffer method names agree; the rest is refused by the backend (or by c10d's ProcessGroup for it)
 GLOO_GAPS += (
+    # measured on torch 2.13 on simulated hosts (suites/faults, docs/faults.md): a silent partition ends gloo's
+    # collective at its timeout with its transport's words only; a reset names the peer's address
+    Gap({"clause": "test_the_error_names_the_operation_or_the_peer", "fault": ("partition", "one_way", "flap",
+                                                                                "data_plane", "frozen")},
+        "gloo's error under a silent partition names neither the collective nor the peer: "
+        "'[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 2000ms for recv operation to complete' (or "
+        "'unbound_buffer.cc:129] ... for send operation'); only a reset names the peer ('Connection closed by "
+        "peer [127.77.0.2]:<port>')"),
+    Gap({"clause": "test_the_error_names_the_operation_or_the_peer", "fault": "refused"},
+        "gloo at 3 ranks: when the last rank's host resets its connections, rank 0 (not connected to it in the "
+        "all_reduce) waits for its timeout and raises '[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+        "2000ms for recv operation to complete', naming neither the collective nor the peer (the others: "
+        "'Connection closed by peer [127.77.0.3]:<port>')", min_world_size=3),
     Gap({"clause": "test_advertised_capability_works", "feature": ("coalescing", "time_estimate", "tensor_alloc")},
         "gloo does not advertise them: its Backend's supports_coalescing, supports_time_estimate and "
         "supports_tensor_alloc(cpu) are False (torch 2.13; the *_coalesced fast paths still work, "

@@ -165,6 +165,11 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
         "code sweep (add_value_source)", ("rpc_sync", "rpc_async", "remote", "rref_method"), parameter=True),
     "workload": Requirement("a profiling workload of suites/profiling/workloads.py (or concurrent_calls)",
                             parameter=True),
+    # network faults on simulated hosts (suites/faults)
+    "fault": Requirement("a network fault of suites/faults/table.py's table (tests/test_fault_table.py keeps the "
+                         "two the same)", ("partition", "refused", "one_way", "flap", "slow", "lossy",
+                                           "cut_after_bytes", "frozen", "control_plane", "data_plane"),
+                         parameter=True),
     # DDP implementations (suites/ddp/impls.py)
     "impl": Requirement("DDP implementation", ("torch", "reference"), parameter=True),
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from backends.spec import REQUIREMENT_KEYS
 from fixtures.hosts import Traffic
 from suites.faults import measure, measure_rank
 from suites.faults.table import FAULTS, PLANES, TABLE, Fault, Target, named
@@ -15,6 +16,7 @@ def test_one_record_per_fault_with_a_known_plane():
     assert set(TABLE) == {"partition", "refused", "one_way", "flap", "slow", "lossy", "cut_after_bytes", "frozen",
                           "control_plane", "data_plane"}
     assert {f.name for f in FAULTS if not f.breaks} == {"slow", "lossy"}  # the negative controls
+    assert tuple(TABLE) == REQUIREMENT_KEYS["fault"].values  # gaps name faults by the table's names
 
 
 def test_named_faults_and_unknown_names():

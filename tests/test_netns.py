@@ -345,3 +345,30 @@ def test_traffic_rejects_bad_selections():
         Traffic("sideways")
     with pytest.raises(ValueError, match="port must be 1..65535"):
         Traffic(port=0)
+
+
+def test_the_switch_has_an_address_a_partition_cuts_off_too(hosts):
+    """A hosted world keeps its store on the switch (127.77.0.254): every host reaches it, a partitioned one does not."""
+    from fixtures.hosts.enter import run_in_namespace
+
+    server = subprocess.Popen([*["ip", "netns", "exec", hosts.switch], sys.executable, "-c", SERVER,
+                               hosts.switch_address, str(PORT), "2"], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+        for index in range(len(hosts)):
+            run = subprocess.run([*hosts[index].exec_prefix(), sys.executable, "-c", CLIENT, hosts.switch_address,
+                                  str(PORT), "2", "2.0"], capture_output=True, text=True, timeout=20)
+            assert run.stdout.split()[:2] == ["ok", hosts[index].address], run.stdout
+        hosts.partition(1)
+        run = subprocess.run([*hosts[1].exec_prefix(), sys.executable, "-c", CLIENT, hosts.switch_address,
+                              str(PORT), "2", "1.0"], capture_output=True, text=True, timeout=20)
+        assert run.stdout.split()[:2] == ["error", "TimeoutError"], run.stdout
+        # a thread of this process can open sockets on the switch while the process stays where it is
+        import socket as socket_module
+
+        address = run_in_namespace(hosts.switch, lambda: socket_module.create_server((hosts.switch_address, 0)))
+        assert address.getsockname()[0] == hosts.switch_address
+        address.close()
+    finally:
+        stop(server)

@@ -78,8 +78,10 @@ def _drop(plane: str, direction: str = "both", loss: int = 100) -> Inject:
 FAULTS: Sequence[Fault] = (
     Fault(name="partition", doc="silent partition: every frame to and from the host dropped",
           inject=lambda t: t.hosts.partition(t.index), heal=_heal),
-    Fault(name="refused", doc="the host answers every TCP segment with a reset (refused, reset connections)",
-          inject=lambda t: t.hosts.reset(t.index, Traffic()), heal=_heal),
+    # the backend's connections only: torch's TCPStore client does not reconnect, so a reset store connection
+    # would leave the rank unable to make any group again, healed or not (measured: DistNetworkError)
+    Fault(name="refused", doc="the host answers the backend's TCP segments with resets (refused, reset connections)",
+          inject=lambda t: t.hosts.reset(t.index, t.traffic("data")), heal=_heal, plane="data"),
     Fault(name="one_way", doc="half a partition: what the host sends is dropped, what it receives arrives",
           inject=_drop("both", "from_host"), heal=_heal),
     Fault(name="flap", doc="the host's switch port goes down (carrier lost) until healed",

@@ -146,6 +146,14 @@ BUGS: tuple[SeededBug, ...] = (
         suite='suites/c10d/test_all_reduce.py',
         shares_a_run=True,
     ),
+    # Seeded bug: all_reduce reports success with stale outputs when the network fails under it.
+    SeededBug(
+        name='gloo_swallows_network_errors',
+        contract='under a network fault every rank\'s collective raises a RuntimeError, none succeeds',
+        clauses=('suites/faults/test_network_faults.py::test_every_rank_gets_a_runtime_error',),
+        suite='suites/faults/test_network_faults.py',
+        shares_a_run=True,
+    ),
     # Seeded bug: barrier does not wait for the other ranks.
     SeededBug(
         name='barrier_no_wait',
