@@ -53,7 +53,10 @@ at::Tensor toHost(const at::Tensor& t, Pairs* back) {
   return host;
 }
 
+// Data only, as a device's own collective writes: on a worker thread grad mode is on, and an autograd-recorded copy_
+// would rebase a tensor with history onto CopyBackwards (suites/c10d/test_all_reduce.py, history clause)
 void copyBack(const Pairs& back) {
+  at::NoGradGuard noGrad;
   for (const auto& [host, device] : back) device.copy_(host);
 }
 
