@@ -153,6 +153,37 @@ class StagedBackend : public c10d::Backend {
   void abort() override { host_->abort(); }
   void enableCollectivesTiming() override { host_->enableCollectivesTiming(); }
 
+  // Coalescing: the host backend coalesces; what its calls write lands on the device when the coalesced Work
+  // completes (endCoalescing's), not when each call's does
+  bool supportsCoalescing() const override { return host_->supportsCoalescing(); }
+  void startCoalescing() override {
+    host_->startCoalescing();
+    std::lock_guard<std::mutex> guard(lock_);
+    coalescing_ = true;
+  }
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    Pairs back;
+    TensorList outputs;
+    {
+      std::lock_guard<std::mutex> guard(lock_);
+      coalescing_ = false;
+      back.swap(coalescedBack_);
+      outputs.swap(coalescedOutputs_);
+    }
+    return c10::make_intrusive<StagedWork>(host_->endCoalescing(), std::move(back), std::move(outputs));
+  }
+  // shrink and merge make host groups: each is staged like this one
+  bool supportsShrinking() const override { return host_->supportsShrinking(); }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+                                           const c10::intrusive_ptr<Options>& optsOverride) override {
+    return c10::make_intrusive<StagedBackend>(host_->shrink(ranksToExclude, shrinkFlags, optsOverride), name_);
+  }
+  c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                          const int& size) override {
+    return c10::make_intrusive<StagedBackend>(host_->merge(store, opts, rank, size), name_);
+  }
+
   c10::intrusive_ptr<c10d::Work> broadcast(TensorList& tensors, const c10d::BroadcastOptions& opts) override {
     Pairs back;
     auto host = toHost(tensors, &back);
@@ -273,12 +304,23 @@ class StagedBackend : public c10d::Backend {
   }
 
  private:
-  static c10::intrusive_ptr<c10d::Work> staged(c10::intrusive_ptr<c10d::Work> inner, Pairs back,
-                                               TensorList outputs) {
+  c10::intrusive_ptr<c10d::Work> staged(c10::intrusive_ptr<c10d::Work> inner, Pairs back, TensorList outputs) {
+    {
+      std::lock_guard<std::mutex> guard(lock_);
+      if (coalescing_) {  // copied back when the coalesced Work completes
+        coalescedBack_.insert(coalescedBack_.end(), back.begin(), back.end());
+        coalescedOutputs_.insert(coalescedOutputs_.end(), outputs.begin(), outputs.end());
+        back.clear();
+      }
+    }
     return c10::make_intrusive<StagedWork>(std::move(inner), std::move(back), std::move(outputs));
   }
   c10::intrusive_ptr<c10d::Backend> host_;
   std::string name_;
+  std::mutex lock_;
+  bool coalescing_ = false;  // between startCoalescing and endCoalescing
+  Pairs coalescedBack_;
+  TensorList coalescedOutputs_;
 };
 
 PlantedBug plantedNamed(const std::string& name) {
