@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 import native
-from backends.spec import Availability, BackendSpec, Gap
+from backends.spec import INIT_ENV, Availability, BackendSpec, Gap
 
 from . import build, runtime
 
@@ -48,8 +48,20 @@ def _availability(planted_bug: str):
     return check
 
 
-# What staging through the device adds to native's gaps (inherited), measured on torch 2.13.
-GAPS: tuple[Gap, ...] = ()
+# What the device adds to native's gaps (inherited), measured on torch 2.13 at world size 2.
+GAPS: tuple[Gap, ...] = (
+    Gap({"feature": "shrinking"},
+        "torch 2.13's shrink_group looks a group's backend up by its bound device, else by 'cuda', else by 'cpu' "
+        "(_validate_shrink_backend_requirements): a lazily initialised group whose backend serves dcdev only is "
+        "refused before the backend is asked: \"RuntimeError: Cannot access device backend for process group "
+        "'5'. Ensure the process group was initialized with a compatible device backend and devices are "
+        "available.\" (the staged backend advertises and forwards native's shrink)",
+        env={INIT_ENV: "lazy"}),
+    Gap({"feature": "sparse"},
+        "dcdev has no sparse kernels (a test device: strided tensors only): making a sparse COO tensor on it fails "
+        "with \"NotImplementedError: Could not run 'aten::_sparse_coo_tensor_with_dims_and_tensors' with "
+        "arguments from the 'Sparsedcdev' backend\" before any collective"),
+)
 
 
 def register(name: str = NAME, planted_bug: str = "none", gaps: tuple[Gap, ...] = GAPS,
