@@ -145,6 +145,12 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
   c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
   c10::Stream exchangeStream(c10::Stream s) const override { return c10::Stream(c10::Stream::DEFAULT, s.device()); }
+  // one stream per device (kernels are synchronous): every new or pooled stream is it (FSDP2 asks for several)
+  c10::Stream getNewStream(c10::Device d, int) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  double elapsedTime(void*, void*, const c10::DeviceIndex) const override { return 0.0; }
   c10::DeviceIndex deviceCount() const noexcept override { return kDeviceCount; }
   // kernels run synchronously: an event is always reached, a stream always idle
   void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
@@ -174,6 +180,8 @@ struct Hooks final : at::PrivateUse1HooksInterface {
     return old;
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  // "pinned" host memory of a device whose copies are synchronous is host memory (DDP's reducer asks for it)
+  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
   at::Device getDeviceFromPtr(void*) const override { return {c10::DeviceType::PrivateUse1, tCurrent}; }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
     return at::detail::getDefaultCPUGenerator();  // random factories run through the CPU fallback

@@ -6,13 +6,22 @@ PrivateUse1 and registers the module below, once per process; forked children in
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 DEVICE = "dcdev"
 
 
+def _device(device) -> "object":
+    import torch
+
+    return torch.device(DEVICE, torch.accelerator.current_device_index() if device is None else _index(device))
+
+
 def _module(extension) -> types.ModuleType:
     """``torch.dcdev``: what torch's device-generic code (torch.accelerator, Tensor.dcdev(), .to()) calls."""
+    import torch
+
     module = types.ModuleType(f"torch.{DEVICE}", "distconform's PrivateUse1 test device (native/device/)")
     module.is_available = lambda: True
     module.is_initialized = lambda: True
@@ -22,6 +31,13 @@ def _module(extension) -> types.ModuleType:
     module.set_device = lambda index: extension.set_device(_index(index))
     module.synchronize = lambda device=None: None  # kernels are synchronous
     module.manual_seed_all = lambda seed: None  # random factories run on the CPU fallback's generator
+    # streams and events (FSDP2 asks the device module for them): one stream per device, kernels synchronous
+    module.Stream = lambda device=None, priority=0, **kwargs: torch.Stream(device=_device(device), priority=priority)
+    module.Event = lambda enable_timing=False, **kwargs: torch.Event(device=_device(None), enable_timing=enable_timing)
+    module.current_stream = lambda device=None: torch.accelerator.current_stream(_device(device))
+    module.default_stream = module.current_stream
+    module.set_stream = torch.accelerator.set_stream
+    module.stream = lambda stream: contextlib.nullcontext() if stream is None else stream
     module.kernels_run = extension.kernels_run
     module.live_bytes = extension.live_bytes
     return module
