@@ -22,12 +22,14 @@
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <mutex>
+#include <unordered_set>
 
 #include "device.hpp"
 
@@ -92,6 +94,35 @@ struct Allocator final : c10::Allocator {
 };
 
 Allocator gAllocator;
+
+// "Pinned" host memory (DDP's reducer stages its used-parameter map in it and asserts is_pinned()): host memory
+// this device remembers handing out, since its copies are synchronous anyway
+std::mutex gPinnedLock;
+std::unordered_set<const void*> gPinned;
+
+void freePinned(void* p) {
+  {
+    std::lock_guard<std::mutex> guard(gPinnedLock);
+    gPinned.erase(p);
+  }
+  c10::free_cpu(p);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (nbytes == 0) return {nullptr, nullptr, &c10::detail::deleteNothing, c10::Device(c10::kCPU)};
+    void* p = c10::alloc_cpu(nbytes);
+    {
+      std::lock_guard<std::mutex> guard(gPinnedLock);
+      gPinned.insert(p);
+    }
+    return {p, p, &freePinned, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &freePinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+};
+
+PinnedAllocator gPinnedAllocator;
 
 // One device kernel: the mappings of the device tensors it touches are open while it runs.
 class Kernel {
@@ -181,7 +212,11 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
   // "pinned" host memory of a device whose copies are synchronous is host memory (DDP's reducer asks for it)
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &gPinnedAllocator; }
+  bool isPinnedPtr(const void* data) const override {
+    std::lock_guard<std::mutex> guard(gPinnedLock);
+    return gPinned.count(data) > 0;
+  }
   at::Device getDeviceFromPtr(void*) const override { return {c10::DeviceType::PrivateUse1, tCurrent}; }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
     return at::detail::getDefaultCPUGenerator();  // random factories run through the CPU fallback
