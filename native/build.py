@@ -10,6 +10,10 @@ controller, xdist workers, a second pytest) take a file lock on that folder:
 one compiles, the others wait and then load its result. A failed build raises
 ``BuildFailed`` whose message is one line naming the compiler's first error,
 and is remembered so each process reports it once instead of recompiling.
+
+``Extension`` is that machinery for any extension of this project: native's
+(``NATIVE``, this module's ``load()``) and the dcdev device's
+(native/device/build.py).
 """
 
 from __future__ import annotations
