@@ -52,3 +52,23 @@ def test_a_host_read_of_device_memory_faults(built):
     proc = _probe("host_read")
     assert proc.returncode == -signal.SIGSEGV, (proc.returncode, proc.stdout, proc.stderr[-2000:])
     assert "read" not in proc.stdout
+
+
+def test_build_folder_is_keyed_by_torch_and_sources_and_ignored(tmp_path, monkeypatch):
+    """native/device/build/<torch version>-<hash>: an edited source gets a fresh build; the folder is git-ignored."""
+    import shutil
+
+    torch = pytest.importorskip("torch")
+    from native.device import build
+
+    folder = build.build_dir()
+    assert folder.parent == build.BUILD_ROOT and folder.name.startswith(f"torch{torch.__version__}-")
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(folder)], cwd=ROOT)
+    assert ignored.returncode == 0, f"{folder} is not git-ignored"
+    for name in build.SOURCES + build.HEADERS:
+        shutil.copy(build.HERE / name, tmp_path / name)
+    monkeypatch.setattr(build, "HERE", tmp_path)
+    assert build.build_dir() == folder, "the key is the sources' content, not where they are"
+    with open(tmp_path / "staged.cpp", "a") as fh:
+        fh.write("// edited\n")
+    assert build.build_dir() != folder, "an edited source must get a fresh build"
