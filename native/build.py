@@ -10,6 +10,10 @@ controller, xdist workers, a second pytest) take a file lock on that folder:
 one compiles, the others wait and then load its result. A failed build raises
 ``BuildFailed`` whose message is one line naming the compiler's first error,
 and is remembered so each process reports it once instead of recompiling.
+
+``Extension`` is that machinery for any extension of this project: native's
+(``NATIVE``, this module's ``load()``) and the dcdev device's
+(native/device/build.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 SOURCES = ("segment.cpp", "collectives.cpp", "p2p.cpp", "work.cpp", "recorder.cpp", "register.cpp")
@@ -32,23 +37,27 @@ BUILD_ROOT = HERE / "build"
 CFLAGS = ("-O3", "-fwrapv", "-std=c++17")
 MODULE_NAME = "distconform_native"
 
-_loaded: ModuleType | None = None
-_failed: str | None = None  # the reason of this process's failed build, reported instead of recompiling
-LAST_BUILD_SECONDS: float | None = None  # seconds this process spent compiling, if it did
+LAST_BUILD_SECONDS: float | None = None  # seconds this process spent compiling native, if it did
 
 
 class BuildFailed(RuntimeError):
     """The extension did not compile; the message is one line naming the first compiler error."""
 
 
-def build_dir() -> Path:
+def key_dir(here: Path, files: tuple[str, ...], cflags: tuple[str, ...], root: Path) -> Path:
+    """``root/torch<version>-<hash of the files' names and contents and the flags>``: the build's cache key."""
     import torch
 
     digest = hashlib.sha256()
-    for name in SOURCES + HEADERS:
-        digest.update(name.encode() + b"\0" + (HERE / name).read_bytes())
-    digest.update(" ".join(CFLAGS).encode())
-    return BUILD_ROOT / f"torch{torch.__version__}-{digest.hexdigest()[:12]}"
+    for name in files:
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    digest.update(" ".join(cflags).encode())
+    return root / f"torch{torch.__version__}-{digest.hexdigest()[:12]}"
+
+
+def build_dir() -> Path:
+    """The native backend's build folder."""
+    return key_dir(HERE, SOURCES + HEADERS, CFLAGS, BUILD_ROOT)
 
 
 def _import(path: Path, name: str) -> ModuleType:
@@ -71,46 +80,65 @@ def first_error(text: str) -> str:
     return lines[0] if lines else "no compiler output"
 
 
-def load() -> ModuleType:
-    """The compiled extension, building it first if this checkout never did."""
-    global _loaded
-    if _loaded is not None:
-        return _loaded
-    if _failed is not None:
-        raise BuildFailed(_failed)
-    directory, name = build_dir(), MODULE_NAME
-    library = directory / f"{name}.so"
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory.parent / f"{directory.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per folder; the others wait, then load its result
+class Extension:
+    """One extension built and cached as the module docstring says (native's, native/device's)."""
+
+    def __init__(self, label: str, module_name: str, folder: Callable[[], Path], sources: Callable[[], list[str]],
+                 include: Path, cflags: tuple[str, ...]):
+        self.label, self.module_name, self.folder, self.sources = label, module_name, folder, sources
+        self.include, self.cflags = include, cflags
+        self._loaded: ModuleType | None = None
+        self._failed: str | None = None  # the reason of this process's failed build, reported instead of recompiling
+        self.last_build_seconds: float | None = None  # seconds this process spent compiling it, if it did
+
+    def load(self) -> ModuleType:
+        """The compiled extension, building it first if this checkout never did."""
+        if self._loaded is not None:
+            return self._loaded
+        if self._failed is not None:
+            raise BuildFailed(self._failed)
+        directory = self.folder()
+        library = directory / f"{self.module_name}.so"
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory.parent / f"{directory.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per folder; the others wait, then load its result
+            try:
+                module = _import(library, self.module_name) if library.exists() else self._compile(directory)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        self._loaded = module
+        return module
+
+    def _compile(self, directory: Path) -> ModuleType:
+        from torch.utils import cpp_extension
+
+        os.environ.setdefault("MAX_JOBS", "2")
+        started = time.monotonic()
         try:
-            module = _import(library, name) if library.exists() else _compile(directory, name)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    _loaded = module
-    return module
+            module = cpp_extension.load(
+                name=self.module_name,
+                sources=self.sources(),
+                extra_cflags=list(self.cflags),
+                extra_include_paths=[str(self.include)],
+                build_directory=str(directory),
+                with_cuda=False,
+                verbose=False,
+            )
+        except Exception as exc:  # compiler errors come back as the text of a RuntimeError
+            reason = f"{self.label} build failed: {first_error(str(exc))}"
+            self._failed = reason
+            raise BuildFailed(reason) from None
+        self.last_build_seconds = time.monotonic() - started
+        (directory / "build-seconds").write_text(f"{self.last_build_seconds:.1f}\n")
+        return module
 
 
-def _compile(directory: Path, name: str) -> ModuleType:
-    global _failed, LAST_BUILD_SECONDS
-    from torch.utils import cpp_extension
+NATIVE = Extension("native", MODULE_NAME, build_dir, lambda: [str(HERE / s) for s in SOURCES], HERE, CFLAGS)
 
-    os.environ.setdefault("MAX_JOBS", "2")
-    started = time.monotonic()
-    try:
-        module = cpp_extension.load(
-            name=name,
-            sources=[str(HERE / s) for s in SOURCES],
-            extra_cflags=list(CFLAGS),
-            extra_include_paths=[str(HERE)],
-            build_directory=str(directory),
-            with_cuda=False,
-            verbose=False,
-        )
-    except Exception as exc:  # compiler errors come back as the text of a RuntimeError
-        reason = f"native build failed: {first_error(str(exc))}"
-        _failed = reason
-        raise BuildFailed(reason) from None
-    LAST_BUILD_SECONDS = time.monotonic() - started
-    (directory / "build-seconds").write_text(f"{LAST_BUILD_SECONDS:.1f}\n")
+
+def load() -> ModuleType:
+    """The native backend's compiled extension, building it first if this checkout never did."""
+    global LAST_BUILD_SECONDS
+    module = NATIVE.load()
+    LAST_BUILD_SECONDS = NATIVE.last_build_seconds
     return module

@@ -214,8 +214,8 @@ def test_failed_build_is_one_line_reason_reported_once(tmp_path, monkeypatch):
         raise RuntimeError(COMPILER_OUTPUT)
 
     monkeypatch.setattr(build, "BUILD_ROOT", tmp_path)
-    monkeypatch.setattr(build, "_loaded", None)
-    monkeypatch.setattr(build, "_failed", None)
+    monkeypatch.setattr(build.NATIVE, "_loaded", None)
+    monkeypatch.setattr(build.NATIVE, "_failed", None)
     monkeypatch.setattr(cpp_extension, "load", failing_load)
     spec = native.register("native_broken_build", "skip_last_rank")
     clean = native.register("native_broken_build_clean")

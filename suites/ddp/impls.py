@@ -80,7 +80,7 @@ def wrap(impl: str, module: torch.nn.Module, **options):
 
     device = torch.device(ctx.device)
     module = module.to(device)
-    if device.type == "cuda":
+    if device.type != "cpu":  # a single-device module on an accelerator (CUDA or a vendor's) names its device
         options.setdefault("device_ids", [device.index])
     return ddp_class(impl)(module, **options)
 

@@ -186,6 +186,30 @@ BUGS: tuple[SeededBug, ...] = (
         suite='suites/c10d/test_dtypes.py',
         shares_a_run=True,
     ),
+    # Seeded bug in the dcdev backend: a Work completes before its results are copied back onto the device.
+    SeededBug(
+        name='dcdev_early_completion',
+        contract='all_reduce(async_op=True): after wait() the result is complete and exact',
+        clauses=('suites/c10d/test_all_reduce.py::test_all_reduce_async',),
+        suite='suites/c10d/test_all_reduce.py',
+        shares_a_run=False,  # registers the dcdev device in every process of its run
+    ),
+    # Seeded bug in the dcdev backend: it reads device memory from the host instead of through the device's copy.
+    SeededBug(
+        name='dcdev_host_reads_device',
+        contract="a backend reaches a device tensor's data through the device's copy only",
+        clauses=('suites/c10d/test_all_reduce.py::test_all_reduce',),
+        suite='suites/c10d/test_all_reduce.py',
+        shares_a_run=False,
+    ),
+    # Seeded bug in the device binding: every rank binds device index 0, whatever its local rank.
+    SeededBug(
+        name='dcdev_rank_on_device_zero',
+        contract='each rank works on its own device: torch.accelerator reports its index current',
+        clauses=('suites/c10d/test_registration.py::test_each_rank_works_on_its_own_device',),
+        suite='suites/c10d/test_registration.py',
+        shares_a_run=False,  # replaces fixtures.devices.bind_rank_to_device in its ranks
+    ),
     # Seeded bug in the reference DDP: buckets handed to the reducer in assignment order, not reversed.
     SeededBug(
         name='ddp_bucket_order_reversed',
