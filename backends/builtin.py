@@ -292,10 +292,12 @@ GLOO_GAPS += (
         "'unbound_buffer.cc:129] ... for send operation'); only a reset names the peer ('Connection closed by "
         "peer [127.77.0.2]:<port>')"),
     Gap({"clause": "test_the_error_names_the_operation_or_the_peer", "fault": "refused"},
-        "gloo at 3 ranks: when the last rank's host resets its connections, rank 0 (not connected to it in the "
-        "all_reduce) waits for its timeout and raises '[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+        "gloo at 3 ranks: when the last rank's host resets its connections, rank 0 may wait for its timeout "
+        "and raise '[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
         "2000ms for recv operation to complete', naming neither the collective nor the peer (the others: "
-        "'Connection closed by peer [127.77.0.3]:<port>')", min_world_size=3),
+        "'Connection closed by peer [127.77.0.3]:<port>'). Which of the two rank 0 gets depends on whether its "
+        "side of the ring touched the reset host before giving up (seen both ways in two default runs)",
+        min_world_size=3, outcome="intermittent"),
     Gap({"clause": "test_advertised_capability_works", "feature": ("coalescing", "time_estimate", "tensor_alloc")},
         "gloo does not advertise them: its Backend's supports_coalescing, supports_time_estimate and "
         "supports_tensor_alloc(cpu) are False (torch 2.13; the *_coalesced fast paths still work, "
