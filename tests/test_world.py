@@ -137,7 +137,8 @@ def test_a_planned_rank_exit_returns_the_others_results_and_stops_the_world(pool
 @pytest.mark.parametrize("fn, status, text", [
     (rank_fns.crash_rank1_exit7, 7, "exit status 7"),
     (rank_fns.crash_rank1_sigkill, -9, "signal 9"),
-], ids=["exit7", "sigkill"])
+    (rank_fns.crash_rank1_segfault, -11, "signal 11"),
+], ids=["exit7", "sigkill", "segfault"])
 def test_rank_death_raises_rank_died_naming_the_rank(pool, fn, status, text):
     world = pool.get("gloo", 2)
     pids = rank_pids(world)
@@ -150,6 +151,9 @@ def test_rank_death_raises_rank_died_naming_the_rank(pool, fn, status, text):
     message = str(info.value)
     assert "rank 1 of world gloo-ws2 died" in message and text in message and fn.__name__ in message
     assert "--- rank 0 stack:" in message
+    if status == -11:  # a fatal signal: the dead rank's own Python stacks, from faulthandler
+        assert "--- rank 1's Python stacks when it died (faulthandler):" in message
+        assert "Fatal Python error: Segmentation fault" in message and "crash_rank1_segfault" in message, message
     assert not world.alive
     assert_gone(pids, "a world with a dead rank")
 

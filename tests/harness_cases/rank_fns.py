@@ -62,6 +62,16 @@ def rank1_exits_as_planned():
     return ctx.rank
 
 
+def crash_rank1_segfault():
+    """Rank 1 reads address 0 from C (a segmentation fault, as a crash in torch's C++ would be)."""
+    if ctx.rank == 1:
+        import ctypes
+
+        ctypes.string_at(0)
+    dist.barrier()
+    return ctx.rank
+
+
 def crash_rank1_sigkill():
     if ctx.rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
