@@ -180,11 +180,11 @@ class Agent:
         self._deadlines: list = []
         self._t0 = time.monotonic()
         # counters read through repr(): next() is atomic, += is not
-        self._received = itertools.count()
         self._finished = itertools.count()
         # graceful shutdown's ledger, per link: requests and RRef messages sent to each rank (minus the
-        # sends that raised) and received from each; a lost link's messages are lost for good (their
-        # calls failed), so its counts leave the ledger rather than keep shutdown waiting for ever
+        # sends that raised) and received from each (their sum, against _finished, says the agent is
+        # idle); a lost link's messages are lost for good (their calls failed), so its counts leave the
+        # ledger rather than keep shutdown waiting for ever
         self._sent_to = [itertools.count() for _ in range(world_size)]
         self._failed_to = [itertools.count() for _ in range(world_size)]
         self._received_from = [itertools.count() for _ in range(world_size)]
@@ -261,8 +261,11 @@ class Agent:
         return int(repr(counter)[6:-1])
 
     def _idle(self) -> bool:
-        return not self._pending and self._count(self._received) == self._count(self._finished) \
+        return not self._pending and self._received() == self._count(self._finished) \
             and self._backlog.empty()
+
+    def _received(self) -> int:
+        return sum(self._count(r) for r in self._received_from)
 
     def _wait_all_workers(self, timeout: float) -> None:
         """Return when no worker has outstanding work (torch's _wait_all_workers, over the store)."""
@@ -425,7 +428,6 @@ class Agent:
     def _send(self, dst: int, frame: Frame, msg_id) -> None:
         next(self._sent_to[dst])
         if dst == self.rank:  # self: skip the transport, still through the pool, tensors copied
-            next(self._received)
             next(self._received_from[dst])
             local = Frame(frame.kind, frame.msg_id, frame.header, serialize.self_copy(frame.tensors))
             if local.kind in self._requests:
@@ -494,7 +496,6 @@ class Agent:
         if kind in self._responses:
             self._response(frame)
             return
-        next(self._received)
         next(self._received_from[src])
         if kind in self._requests:
             self._accept_request(src, frame, self._inline)
