@@ -387,9 +387,25 @@ def test_parity_rule_leaves_transport_out_holds_racing_groups_complete_and_the_r
         ["'rpc_sync#f#remote_op: aten::add' node 1 shapes []: tensorpipe 1, agent 0"]
     assert [d.line() for d in parity.compare(exact, Counter({rpc: 1, op: 1, key("mine"): 1}))] == \
         ["'mine' node 0 shapes []: tensorpipe 0, agent 1"]
-    with pytest.raises(parity.TensorPipeUnstable, match="rpc_sync#f#remote_op: aten::add.*counts \\[1, 0, 1, 1, 1\\]"):
-        parity.take_baseline(iter([Counter({rpc: 1, op: 1}), Counter({rpc: 1})] + [Counter({rpc: 1, op: 1})] * 3
-                                  ).__next__, racing=False)
+    with pytest.raises(parity.TensorPipeUnstable, match="rpc_sync#f\\(worker0 -> worker1\\).*counts \\[1, 2, 1, 1, 1\\]"):
+        parity.take_baseline(iter([Counter({rpc: 1, op: 1}), Counter({rpc: 2, op: 1})] + [Counter({rpc: 1, op: 1})] * 3
+                                  ).__next__, racing=False)  # a caller event is exact
+    # a request's group lost whole (a reused worker thread) is taken from the samples that delivered it
+    reused = parity.take_baseline(iter([Counter({rpc: 1, op: 1}), Counter({rpc: 1})] + [Counter({rpc: 1, op: 1})] * 3
+                                       ).__next__, racing=False)
+    assert reused.lost_in == 1 and reused.callee == Counter({op: 1})
+    assert [d.line() for d in parity.compare(reused, Counter({rpc: 1}))] == \
+        ["'rpc_sync#f#remote_op: aten::add' node 1 shapes []: tensorpipe 1, agent 0"]  # the agent must still send it
+    # ...but where delivered, a non-racing group must be whole: a partial one is no loss the rule knows
+    mul = key("rpc_sync#f#remote_op: aten::mul", 1)
+    with pytest.raises(parity.TensorPipeUnstable, match="callee events of 'rpc_sync#f'.*aten::mul.*counts \\[1, 0, 1, 1, 1\\]"):
+        parity.take_baseline(iter([Counter({rpc: 1, op: 1, mul: 1}), Counter({rpc: 1, op: 1})]
+                                  + [Counter({rpc: 1, op: 1, mul: 1})] * 3).__next__, racing=False)
+    # a nested request is a group of its own: its loss leaves the outer group compared
+    nested = key("rpc_sync#f#remote_op: rpc_async#g(worker1 -> worker2)#remote_op: aten::add", 2)
+    chain = parity.take_baseline(iter([Counter({rpc: 1, op: 1, nested: 1}), Counter({rpc: 1, op: 1})]
+                                      + [Counter({rpc: 1, op: 1, nested: 1})] * 3).__next__, racing=False)
+    assert chain.lost_in == 1 and chain.callee == Counter({op: 1, nested: 1})
 
     racing = parity.take_baseline(iter([Counter({rpc: 1})] * 3 + [Counter({rpc: 1, op: 1})] * 2).__next__, racing=True)
     assert racing.lost_in == 3 and racing.callee == Counter({op: 1})

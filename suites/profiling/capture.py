@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import warnings
 
 import torch
 from torch.autograd import profiler_legacy
 
 from backends import rpc_agents
+from suites.profiling.parity import REMOTE_OP
 from suites.profiling.workloads import WORKLOADS
 from suites.rpc.call_modes import CALLS
 
@@ -138,3 +140,27 @@ def profile_concurrent_calls(agent: str, count: int):
         for fut in futures:
             fut.wait()
     return [event_record(e) for e in prof.function_events]
+
+
+# --------------------------------------------- parity rule 2's measurement
+def served_by(x: torch.Tensor) -> int:
+    """Callee side of the thread-reuse probe: one op for the profile, and the worker thread that ran it."""
+    torch.mul(x, 2)
+    return threading.get_native_id()
+
+
+def profile_thread_reuse(agent: str, calls: int) -> list[dict] | None:
+    """On rank 0: ``calls`` profiled rpc_sync calls to worker1, one after another: per call, the thread that
+    served it, whether that thread had served an earlier one, and how many callee events came back."""
+    if _rank() != 0:
+        return None
+    api = rpc_agents.api(agent)
+    seen: set[int] = set()
+    rows = []
+    for _ in range(calls):
+        with legacy_profile(record_shapes=True) as prof:
+            thread = api.rpc_sync("worker1", served_by, args=(torch.ones(2),))
+        rows.append({"thread": thread, "reused": thread in seen,
+                     "callee_events": sum(1 for e in prof.function_events if REMOTE_OP in e.name)})
+        seen.add(thread)
+    return rows
