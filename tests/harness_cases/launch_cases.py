@@ -24,6 +24,15 @@ def test_placement(world):
     assert [(p["debug_level"], p["debug_env"]) for p in places] == [(world.debug_level,) * 2] * world.world_size
     if os.environ.get("EXPECT_DEBUG_LEVEL"):
         assert world.debug_level == os.environ["EXPECT_DEBUG_LEVEL"]
+    if os.environ.get("EXPECT_ADDRESSES"):  # nodes on simulated hosts: every byte crosses the bridge
+        expected = os.environ["EXPECT_ADDRESSES"].split(",")
+        for rank, every in enumerate(world.run(launch_fns.tcp_connections)):
+            # rank 0 (and its supervisor) reach the controller, a process of their own host, on its loopback
+            connections = [c for c in every if c != ("127.0.0.1", "127.0.0.1")]
+            assert connections, f"rank {rank} has no TCP connection beyond its host's loopback: {every}"
+            # from its node's address only (a rank on loopback would show 127.0.0.1), to every node's
+            assert {local for local, _ in connections} == {expected[rank]}, (rank, connections)
+            assert {remote for _, remote in connections} == set(expected), (rank, connections)
 
 
 @pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "hang", reason="selected by LAUNCH_CASE=hang")
