@@ -30,9 +30,11 @@ def test_placement(world):
             # rank 0 (and its supervisor) reach the controller, a process of their own host, on its loopback
             connections = [c for c in every if c != ("127.0.0.1", "127.0.0.1")]
             assert connections, f"rank {rank} has no TCP connection beyond its host's loopback: {every}"
-            # from its node's address only (a rank on loopback would show 127.0.0.1), to every node's
+            # from its node's address only (a rank on loopback would show 127.0.0.1), to the node of every peer
+            # (gloo connects every pair) and to node 0's (the controller and the world's store)
+            peers = {expected[peer] for peer in range(world.world_size) if peer != rank} | {expected[0]}
             assert {local for local, _ in connections} == {expected[rank]}, (rank, connections)
-            assert {remote for _, remote in connections} == set(expected), (rank, connections)
+            assert {remote for _, remote in connections} == peers, (rank, connections)
 
 
 @pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "hang", reason="selected by LAUNCH_CASE=hang")

@@ -182,9 +182,10 @@ def two_torchrun_nodes(args: list[str], tmp_path, env=None, torchrun_args=(), du
 
     ``rendezvous="static"``: --master-addr node 0's address (node 0's agent hosts the store). ``"c10d"``: the
     dynamic rendezvous at node 0's address, each agent naming its own node's address (--local-addr: what the
-    workers get as MASTER_ADDR when the rank-0 agent is its); on simulated hosts node 0 is told it hosts the
-    rendezvous store (is_host), since torch takes any address in 127.0.0.0/8 for this machine's own and every
-    node would host one of its own. ``{node0}`` in ``args`` stands for node 0's address."""
+    workers get as MASTER_ADDR when the rank-0 agent is its, and what orders the nodes' ranks: node 0's
+    first); on simulated hosts only node 0 hosts the rendezvous store (is_host): torch takes any address in
+    127.0.0.0/8 for this machine's own, so node 1 would also start a store server in its namespace (unused:
+    its client dials node 0's address, so the rendezvous works either way, measured). ``{node0}`` in ``args`` stands for node 0's address."""
     port = free_port()
     report = tmp_path / "report"
     with SimulatedNodes(2, hosts) as nodes:
