@@ -207,6 +207,51 @@ def test_a_stopped_controller_node_leaves_no_process_on_the_other(tmp_path, laun
     assert re.search(r"rank [23] on host node1 ", by_name["test_injected_node_stop[gloo-ws4]"]["error"])
 
 
+# longer than the deadline and the flight-recorder wait (8 s): node0's dumps arrive before node1 is given up
+PARTITION_HEARTBEAT_LIMIT_S = 20.0
+
+
+def test_a_partitioned_node_times_the_collective_out(tmp_path, launch_hosts):
+    """Simulated hosts only: node1's host is cut off on the bridge (silently, both ways) before its ranks enter
+    an all_reduce the others wait in. The collective cannot finish, so traffic between the nodes really crosses
+    the bridge: the case fails at its deadline, node0's ranks waiting in the all_reduce (their flight recorders),
+    node1's ranks named by host with why nothing came back; every process of both nodes ends, never healed
+    (node1's supervisors give the silent controller up)."""
+    if launch_hosts != "netns":
+        pytest.skip("a partition needs the nodes on simulated hosts: run with --hosts netns")
+    request, done = tmp_path / "partition-request", tmp_path / "partition-done"
+
+    def partition_node1(procs, mark, nodes):
+        end = time.monotonic() + 240
+        while not (request.exists() and len(request.read_text().split()) == 2):
+            assert time.monotonic() < end and all(p.poll() is None for p in procs), "node1 never asked to be cut off"
+            time.sleep(0.05)
+        nodes.hosts.partition(1)
+        done.touch()
+
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs"], tmp_path, hosts=launch_hosts,
+                                        env={"LAUNCH_CASE": "partition", "PARTITION_REQUEST": str(request),
+                                             "PARTITION_DONE": str(done),
+                                             "DISTCONFORM_HEARTBEAT_TIMEOUT": str(PARTITION_HEARTBEAT_LIMIT_S)},
+                                        during=partition_node1)
+    assert all(rc != 0 for rc, _ in results)
+    by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
+    cut = by_name["test_injected_partition[gloo-ws4]"]
+    assert cut["outcome"] == "failed"
+    assert cut["duration"] < PARTITION_HEARTBEAT_LIMIT_S + 30  # the deadline and the waits for answers, bounded
+    error = junit_failure(tmp_path, "test_injected_partition[gloo-ws4]")
+    assert "node1_is_cut_off did not finish within its 3 s deadline" in error, error
+    for rank in (0, 1):  # node0's ranks, reachable: their flight recorders show them inside the collective
+        assert re.search(rf"rank {rank}: waiting in all_reduce #\d+ of group default_pg", error), error
+        assert re.search(rf"--- rank {rank} stack:\n\[host node0\]\n(Current thread|Thread) 0x", error), error
+    for rank in (2, 3):  # node1's, behind the partition: named by host, with why nothing came back
+        assert re.search(rf"rank {rank}: no flight-recorder dump: on host node1, (no answer from its supervisor "
+                         r"within \d+ s|its supervisor is gone)", error), error
+        assert f"--- rank {rank} stack:\n[host node1]\n(" in error, error
+    assert by_name["test_after_failure[gloo-ws4]"]["reason"].startswith(
+        "launched world broken earlier in this run: DeadlineExceeded: node1_is_cut_off did not finish")
+
+
 @pytest.fixture(scope="module")
 def placement_at_detail(tmp_path_factory, launch_hosts):
     """One launched run of test_placement for the two tests below (a launch costs two torchruns and their

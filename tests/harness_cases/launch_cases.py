@@ -70,5 +70,11 @@ def test_injected_node_stop(world):
     world.run(launch_fns.a_node_stops)
 
 
+@pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "partition", reason="selected by LAUNCH_CASE=partition")
+@pytest.mark.deadline(3)
+def test_injected_partition(world):
+    world.run(launch_fns.node1_is_cut_off)
+
+
 def test_after_failure(world):
     assert world.run(launch_fns.all_reduce_rank_sum) == [world.world_size * (world.world_size + 1) / 2.0] * world.world_size

@@ -109,3 +109,15 @@ def node1_is_lost() -> None:
         os.kill(os.getppid(), signal.SIGKILL)  # the supervisor, i.e. the launcher's worker
         time.sleep(60)
     dist.barrier()
+
+
+def node1_is_cut_off() -> None:
+    """The ranks of node1 ask the test to partition their host (file $PARTITION_REQUEST) and wait until it is
+    (file $PARTITION_DONE); then every rank enters an all_reduce, whose bytes between the nodes vanish on the
+    bridge (those between node1's own ranks stay inside its host)."""
+    if hostname() == "node1":
+        with open(os.environ["PARTITION_REQUEST"], "a") as fh:
+            fh.write(f"{ctx.rank}\n")
+        while not os.path.exists(os.environ["PARTITION_DONE"]):
+            time.sleep(0.05)
+    dist.all_reduce(torch.ones(1))
