@@ -77,6 +77,8 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
         backend = rpc.backend_registry.BackendType.FAULTY_TENSORPIPE
     else:
         chosen: dict = {} if spec.tensorpipe_transports is None else {"_transports": list(spec.tensorpipe_transports)}
+        if spec.tensorpipe_channels is not None:
+            chosen["_channels"] = list(spec.tensorpipe_channels)
         maps = device_maps(rank, devices)
         if maps:
             chosen.update(device_maps=maps, devices=[devices[rank]])
@@ -137,6 +139,9 @@ class AgentSpec:
     # A TensorPipe agent's transports (TensorPipeRpcBackendOptions._transports); None: TensorPipe's
     # own choice, which on one host is shm first
     tensorpipe_transports: tuple[str, ...] | None = None
+    # A TensorPipe agent's channels (TensorPipeRpcBackendOptions._channels); None: TensorPipe's own choice, which
+    # between processes of one machine moves tensors through memory (cma), not the network (see across_hosts)
+    tensorpipe_channels: tuple[str, ...] | None = None
     # False: runs only when --rpc-agent names it (a variant of another agent, not a default lane)
     selected_by_default: bool = True
 
@@ -246,6 +251,18 @@ AGENTS: dict[str, AgentSpec] = {
         timeout_error="RPC ran for more than", gaps=REFERENCE_GAPS,
         transport="backends.reference.rpc.transports:over_sockets"),
 }
+
+
+def across_hosts(spec: AgentSpec) -> AgentSpec:
+    """``spec`` as it runs between hosts, for ranks on simulated hosts that still share one machine (suites/faults).
+
+    Between processes of one machine TensorPipe moves tensors through memory (its cma channel, shm transport),
+    so a fault on the network would never touch them; between real hosts only the network is there: the uv
+    transport and the basic channel (docs/faults.md measured TensorPipe that way). A reference agent is unchanged:
+    its bytes always cross its transport."""
+    if spec.start is not start_tensorpipe:
+        return spec
+    return replace(spec, tensorpipe_transports=("uv",), tensorpipe_channels=("basic",))
 
 
 class RpcAgentPluginError(ImportError):
