@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fixtures.world import World
@@ -106,6 +107,8 @@ def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline
             hosts.heal()
             open(os.path.join(directory, "healed"), "w").close()
 
+    call: Callable[..., dict]
+    args: tuple
     if kind == "calls":
         call, args = rpc_rank_side.calls_under_fault, (agent, directory, TIMEOUT_S, NUMEL, cut, GIVE_UP_S)
     elif kind == "shutdown":

@@ -14,6 +14,7 @@ timeout and TensorPipe's behaviour is a gap quoting it (backends/rpc_agents.py).
 partition and a slow link; ``--faults all`` (where the run offers that option) adds a reset.
 """
 
+# ruff: noqa: F811  (the clauses take the fixtures imported from rpc_worlds as arguments of the same names)
 from __future__ import annotations
 
 import re
