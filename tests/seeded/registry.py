@@ -862,6 +862,24 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
+    # Seeded bug: graceful shutdown ignores the timeout it was given and waits for the other workers without bound.
+    SeededBug(
+        name='rpc_shutdown_ignores_its_timeout',
+        contract="Under a partition, with a call in flight across it, shutdown(graceful=True, timeout=2) ends within 2 s + slack",
+        clauses=('suites/faults/test_rpc_faults.py::test_graceful_shutdown_ends_within_its_timeout',),
+        suite='suites/faults/test_rpc_faults.py',
+        options=('--rpc-agent', 'reference-tp',),
+        shares_a_run=True,
+    ),
+    # Seeded bug: the reference-tp agent connects with a fixed minute instead of the agent's RPC timeout.
+    SeededBug(
+        name='rpc_connect_ignores_its_timeout',
+        contract="With a partition in place before init_rpc, init_rpc and the first call end within the agent's RPC timeout + slack",
+        clauses=('suites/faults/test_rpc_faults.py::test_connecting_ends_within_the_agent_timeout',),
+        suite='suites/faults/test_rpc_faults.py',
+        options=('--rpc-agent', 'reference-tp',),
+        shares_a_run=True,
+    ),
     # Seeded bug: reference-tp sends every tensor row-major, so a transpose arrives contiguous.
     SeededBug(
         name='rpc_strides_lost',
