@@ -21,6 +21,7 @@ import re
 
 import pytest
 
+from suites.faults import figures
 from suites.faults.rpc_scenario import SLACK_S, TIMEOUT_S
 from suites.faults.rpc_worlds import hosted_agents, rpc_agent  # noqa: F401  (fixtures of these clauses)
 
@@ -66,8 +67,10 @@ def _peer_named(rank: int, cut: int) -> re.Pattern:
 
 
 @pytest.fixture
-def calls(hosted_agents, backend_spec, world_target, rpc_agent, fault):
-    return hosted_agents.scenario(backend_spec, world_target.world_size, rpc_agent.name, fault, "calls")
+def calls(request, hosted_agents, backend_spec, world_target, rpc_agent, fault):
+    found = hosted_agents.scenario(backend_spec, world_target.world_size, rpc_agent.name, fault, "calls")
+    figures.record(request, figures.rpc_figures(found, TIMEOUT_S))
+    return found
 
 
 # --------------------------------------------------------------------------- under the fault
@@ -122,19 +125,23 @@ def test_after_healing_the_agent_is_as_declared(calls, rpc_agent):
 
 # --------------------------------------------------------------------------- shutdown and connecting
 @pytest.mark.needs(clause="test_graceful_shutdown_ends_within_its_timeout")
-def test_graceful_shutdown_ends_within_its_timeout(hosted_agents, backend_spec, world_target, rpc_agent, fault):
+def test_graceful_shutdown_ends_within_its_timeout(request, hosted_agents, backend_spec, world_target, rpc_agent,
+                                                   fault):
     """Under the fault, with a call in flight across it, shutdown(graceful=True, timeout=2) ends within 2 s + slack."""
     got = hosted_agents.scenario(backend_spec, world_target.world_size, rpc_agent.name, fault, "shutdown")
+    figures.record(request, figures.rpc_figures(got, TIMEOUT_S))
     late = {r: round(out["seconds"], 2) for r, out in enumerate(got.ranks)
             if not out["returned"] or out["seconds"] > BOUND_S}
     assert not late, f"{fault}: shutdown took {late} s by rank (bound {BOUND_S:g} s; at the bound: never returned)"
 
 
 @pytest.mark.needs(clause="test_connecting_ends_within_the_agent_timeout")
-def test_connecting_ends_within_the_agent_timeout(hosted_agents, backend_spec, world_target, rpc_agent, fault):
+def test_connecting_ends_within_the_agent_timeout(request, hosted_agents, backend_spec, world_target, rpc_agent,
+                                                  fault):
     """With the fault in place before the agent starts, init_rpc and the first call across the cut each end within
     the agent's RPC timeout plus the slack."""
     got = hosted_agents.scenario(backend_spec, world_target.world_size, rpc_agent.name, fault, "connect")
+    figures.record(request, figures.rpc_figures(got, TIMEOUT_S))
     late = {(r, step): round(out[step]["seconds"], 2) for r, out in enumerate(got.ranks)
             for step in ("start", "first_call") if out[step] is not None
             and (not out[step]["returned"] or out[step]["seconds"] > BOUND_S)}
