@@ -555,6 +555,25 @@ BUGS: tuple[SeededBug, ...] = (
         torch='>=2.14',
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend: a reconfigure after a timeout rebuilds the group it had, the cut-off rank included.
+    SeededBug(
+        name='reference_shrink_after_timeout_keeps_cut_rank',
+        contract='after a partition the reachable ranks reconfigure without the cut rank; all_reduce and broadcast exact',
+        clauses=('suites/faults/test_partition_recovery.py::test_the_reachable_ranks_reconfigure_without_the_cut_rank',),
+        suite='suites/faults/test_partition_recovery.py',
+        torch='>=2.14',
+        shares_a_run=True,
+    ),
+    # Seeded bug in the reference backend: a group that grows keeps counting its operations from where it was.
+    SeededBug(
+        name='reference_grow_keeps_operation_count',
+        contract='after healing every rank reconfigures to the whole world; all_reduce and broadcast exact',
+        clauses=('suites/faults/test_partition_recovery.py::test_after_healing_the_whole_world_grows_back_by_reconfigure',),
+        suite='suites/faults/test_partition_recovery.py',
+        options=('--world-size', '3'),
+        torch='>=2.14',
+        shares_a_run=True,
+    ),
     # Seeded bug in the reference backend: abort() fails the running collective but drops the queued ones.
     SeededBug(
         name='reference_abort_drops_queued',
