@@ -158,7 +158,8 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
     "rpc_feature": Requirement(
         "a named RPC capability",
         ("async_execution", "async_future_exception", "custom_exception_type", "device_maps", "fault_injection",
-         "rref_to_owner_before_created", "torchscript", "unused_send_function", "wait_all_early_error")),
+         "profiled_callee_events", "rref_to_owner_before_created", "torchscript", "unused_send_function",
+         "wait_all_early_error")),
     "rpc_call": Requirement(
         "how an RPC is made: rpc_sync, rpc_async, remote, or rref_method (a method of an RRef's value through "
         "rref.rpc_sync()); the modes of suites/rpc/call_modes.py's table, which the rpc, profiling and stress "

@@ -27,6 +27,9 @@ REMOTE = "#remote_op: "
 DIRECT = [name for name in WORKLOADS if name != NESTED]
 SUCCEEDING = [name for name in WORKLOADS if not WORKLOADS[name].raises]
 TOLERANCE_US = 1.0  # the legacy profiler's clock ticks are microseconds; parsing rounds
+# The clauses that read the callee's events of a profiled request: TensorPipe itself loses them now and then
+# (a worker thread profiles only the first profiled request it serves: suites/profiling/parity.py, rule 2), its gap.
+CALLEE_EVENTS = pytest.mark.needs(rpc_feature="profiled_callee_events")
 
 
 def key_of(workload: str, rpc_call: str) -> str:
@@ -46,6 +49,7 @@ def remote_events(out):
     return [e for e in out["events"] if e["is_remote"]]
 
 
+@CALLEE_EVENTS
 @pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
 def test_rpc_event_and_remote_events_are_named_by_torchs_key(profiled_agent, rpc_call):
     """torch.add on worker1: "rpc_<mode>#aten::add(worker0 -> worker1)" on node 0 and "<key>#remote_op: aten::add" on node 1."""
@@ -61,6 +65,7 @@ def test_rpc_event_and_remote_events_are_named_by_torchs_key(profiled_agent, rpc
         assert [e["node_id"] for e in out["events"] if e["name"] == "to_here#(worker0)->(worker1)"] == [0]
 
 
+@CALLEE_EVENTS
 def test_python_function_key_is_its_qualname(profiled_agent):
     """A Python function's key uses its __qualname__: rpc_async#udf_several_ops(worker0 -> worker1)#remote_op: aten::mul."""
     out = profile(profiled_agent, "python_udf", RPC_ASYNC.name)
@@ -69,6 +74,7 @@ def test_python_function_key_is_its_qualname(profiled_agent):
     assert "rpc_async#udf_several_ops(worker0 -> worker1)" + REMOTE + "aten::relu" in names
 
 
+@CALLEE_EVENTS
 @pytest.mark.min_world_size(3)
 @pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
 def test_nested_rpcs_chain_keys_with_each_workers_node_id(profiled_agent, rpc_call):
@@ -84,6 +90,7 @@ def test_nested_rpcs_chain_keys_with_each_workers_node_id(profiled_agent, rpc_ca
             if e["name"] == outer + REMOTE + "aten::add" and e["input_shapes"] == [[2], [], []]]
 
 
+@CALLEE_EVENTS
 @pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
 @pytest.mark.parametrize("workload", ["builtin_add", "builtin_mul", "python_udf"])
 def test_remote_input_shapes_equal_the_same_ops_profiled_locally(profiled_agent, workload, rpc_call):
@@ -97,6 +104,7 @@ def test_remote_input_shapes_equal_the_same_ops_profiled_locally(profiled_agent,
     assert remote == here
 
 
+@CALLEE_EVENTS
 @pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
 @pytest.mark.parametrize("workload", SUCCEEDING)
 def test_remote_intervals_lie_inside_the_callers_rpc_event(profiled_agent, workload, rpc_call):
@@ -113,6 +121,7 @@ def test_remote_intervals_lie_inside_the_callers_rpc_event(profiled_agent, workl
             (evt["name"], (evt["start_us"], evt["end_us"]), (rpc["start_us"], rpc["end_us"]))
 
 
+@CALLEE_EVENTS
 @pytest.mark.parametrize("rpc_call", MODES, ids=exec_mode_of)
 def test_without_record_shapes_remote_shapes_are_empty(profiled_agent, rpc_call):
     """Without record_shapes every remote event's input shapes are empty."""
@@ -121,6 +130,7 @@ def test_without_record_shapes_remote_shapes_are_empty(profiled_agent, rpc_call)
     assert [e["name"] for e in remote_events(out) if e["input_shapes"]] == []
 
 
+@CALLEE_EVENTS
 def test_profile_memory_travels_and_is_zero_without_it(profiled_agent):
     """profile_memory reaches the callee (non-zero remote memory); without it remote memory is zero."""
     with_memory = profile(profiled_agent, "python_udf", RPC_SYNC.name, profile_memory=True)
@@ -150,6 +160,7 @@ def test_failing_call_brings_its_error_and_no_remote_events(profiled_agent, rpc_
     assert [e["name"] for e in out["events"] if e["is_remote"] or REMOTE in e["name"]] == []
 
 
+@CALLEE_EVENTS
 def test_table_has_node_ids_and_trace_opens_in_perfetto(profiled_agent, parity_report):
     """key_averages().table() has a Node ID column; export_chrome_trace() is valid trace JSON with remote rows."""
     nested = profiled_agent.world_size >= WORKLOADS[NESTED].min_world_size
