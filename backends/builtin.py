@@ -12,8 +12,8 @@ still runs as a strict xfail so the report shows the backend's real error.
 from __future__ import annotations
 
 from .spec import (LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY, SPLIT_NEEDS_ACCELERATOR,
-                   SPLIT_NEEDS_EAGER_INIT, TCPSTORE_GET_UNBOUNDED, AfterTimeout, Availability, BackendSpec, ErrorsAfterFaults, Gap,
-                   ResourceBudget)
+                   SPLIT_NEEDS_EAGER_INIT, TCPSTORE_GET_UNBOUNDED, AfterTimeout, Availability, BackendSpec,
+                   ErrorsAfterFaults, Gap, ResourceBudget)
 
 
 def _gloo_available() -> Availability:

@@ -15,6 +15,7 @@ on its thread; the controller then replaces the world (a thread stuck in a backe
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -110,6 +111,7 @@ def _store_get(store, numel: int) -> str:
 
 def _store(timeout_s: float):
     """A store client of its own (a timed-out request must not leave the world's client reading a stale reply)."""
+    assert ctx.config is not None, "a rank of a world"
     host, port = ctx.config.store
     store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
     store.set(STORE_KEY.format(rank=ctx.rank), f"rank {ctx.rank}")
@@ -161,7 +163,7 @@ def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) ->
     _all_reduce(groups["destroy"], numel)
     _mark(directory, f"ready{ctx.rank}")
     _wait(directory, "go")
-    waits = {name: Timed(lambda c=call, t=targets[name]: c(t, numel), name) for name, call in OPERATIONS.items()}
+    waits = {name: Timed(functools.partial(call, targets[name], numel), name) for name, call in OPERATIONS.items()}
     # one after the other, from this thread's view: c10d's bookkeeping of groups is not made for threads
     out: dict[str, dict] = {
         "abort": _pending_then(groups["abort"], numel,

@@ -23,7 +23,7 @@ from suites.faults.table import WHEN, Fault, Target
 
 TIMEOUT_S = 2.0  # the group's (and the store client's) timeout under a fault: short, so a wait costs seconds
 SLACK_S = 3.0  # what a bounded wait may take beyond its timeout on a loaded 2-core machine (scheduling, TCP)
-BOUND_S = TIMEOUT_S + SLACK_S + 2.0  # a rank gives up on a call after this (recorded "still running")
+BOUND_S = TIMEOUT_S + SLACK_S + 1.0  # a rank gives up on a call after this (recorded "still running")
 # gloo's first collective under lazy init gives up after 5 times its timeout (docs/faults.md): seen, not cut short
 FIRST_BOUND_S = 6 * TIMEOUT_S
 CONTROL_WAIT_S = 30.0  # at most, for the ranks' files

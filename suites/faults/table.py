@@ -56,7 +56,8 @@ class Fault:
     min_payload: int = 0  # bytes an operation must move for the fault to bite (cut_after_bytes)
     ends_by: str = "timeout"  # ENDS_BY: how a wait across a breaking fault ends ("" for a negative control)
     stops_the_rank: bool = False  # the cut-off rank's process stops (frozen): its own calls to third parties pass
-    cut_rank_hears: bool = False  # what the others send still reaches the cut-off rank (one direction only)
+    # what the others send still reaches the cut-off rank (one direction only; frozen: buffered until it thaws)
+    cut_rank_hears: bool = False
 
     def __post_init__(self) -> None:
         if self.plane not in PLANES:
@@ -101,7 +102,7 @@ FAULTS: Sequence[Fault] = (
           inject=lambda t: t.hosts.cut_after(t.index, t.traffic("data"), CUT_AFTER_BYTES), heal=_heal, plane="data",
           min_payload=4 * CUT_AFTER_BYTES, ends_by="reset"),
     Fault(name="frozen", doc="the rank's process stopped (SIGSTOP) until healed (SIGCONT)",
-          inject=_freeze, heal=_thaw, stops_the_rank=True),
+          inject=_freeze, heal=_thaw, stops_the_rank=True, cut_rank_hears=True),
     Fault(name="control_plane", doc="only the store's connections dropped; the backend's own pass",
           inject=_drop("control"), heal=_heal, plane="control"),
     Fault(name="data_plane", doc="only the backend's own connections dropped; the store's pass",

@@ -40,6 +40,7 @@ def _brief(outcome: dict) -> object:
 
 
 # --------------------------------------------------------------------------- under the fault
+@pytest.mark.needs(clause="test_the_operation_ends_within_its_timeout")
 @pytest.mark.parametrize("fault, operation", BROKEN)
 def test_the_operation_ends_within_its_timeout(scenario, operation):
     """Under the fault every rank's call returns or raises within its timeout plus the stated slack."""
@@ -48,6 +49,7 @@ def test_the_operation_ends_within_its_timeout(scenario, operation):
     assert not late, f"{scenario.fault}, {operation}: bound {BOUND_S:g} s; ranks {late}"
 
 
+@pytest.mark.needs(clause="test_every_rank_gets_a_runtime_error")
 @pytest.mark.parametrize("fault, operation", BROKEN)
 def test_every_rank_gets_a_runtime_error(scenario, operation):
     """Every rank the fault reaches raises a RuntimeError (torch's DistBackendError and DistStoreError are ones)."""
@@ -69,6 +71,7 @@ def test_the_error_names_the_operation_or_the_peer(scenario, operation):
     assert not unnamed, f"{scenario.fault}: errors naming neither {operation} nor rank {cut}: {unnamed}"
 
 
+@pytest.mark.needs(clause="test_a_reset_fails_at_once_on_the_reset_host_and_a_peer")
 @pytest.mark.parametrize("fault, operation", [(f, op) for f, op in BROKEN if f in RESETS])
 def test_a_reset_fails_at_once_on_the_reset_host_and_a_peer(scenario, operation):
     """A reset ends the call before its timeout on the host that resets and, in a collective, on a peer too.
@@ -150,6 +153,7 @@ def test_a_new_group_after_healing_is_exact(scenario):
 
 
 # --------------------------------------------------------------------------- before the first connection
+@pytest.mark.needs(clause="test_the_first_collective_ends_within_its_timeout")
 @pytest.mark.fault_matrix
 @pytest.mark.parametrize("fault", FIRST_COLLECTIVE_FAULTS)
 def test_the_first_collective_ends_within_its_timeout(first_connect_scenario):
