@@ -125,8 +125,10 @@ GROUPS = ("all_reduce", "barrier", "p2p", "abort", "destroy", "shrink")  # a gro
 
 # ---------------------------------------------------------------- ending a group under the fault
 def _pending_then(group, numel: int, end: Callable[[], None], bound_s: float) -> dict:
-    """Start an all_reduce that waits under the fault, then time ``end()`` (abort or destroy) on its thread."""
-    dist.all_reduce(torch.ones(numel), group=group, async_op=True)
+    """Start an all_reduce that waits under the fault, then time ``end()`` (abort or destroy) on its thread.
+
+    The all_reduce is issued from a thread of its own: a Python ProcessGroup may wait inside the call itself."""
+    Timed(lambda: dist.all_reduce(torch.ones(numel), group=group, async_op=True), "pending")
     time.sleep(PENDING_S)
     return _timed(end, "end", bound_s)
 
