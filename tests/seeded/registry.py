@@ -186,6 +186,15 @@ BUGS: tuple[SeededBug, ...] = (
         suite='suites/faults/test_network_faults.py',
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend: a send waits for the peer's window without a deadline.
+    SeededBug(
+        name='reference_send_unbounded',
+        contract="a group's first collective under a fault before its first connection ends within its timeout",
+        clauses=('suites/faults/test_network_faults.py::test_the_first_collective_ends_within_its_timeout',),
+        suite='suites/faults/test_network_faults.py::test_the_first_collective_ends_within_its_timeout',
+        options=('--faults', 'all'),
+        shares_a_run=True,
+    ),
     # Seeded bug: recv reports success with a stale buffer when the network fails under it.
     SeededBug(
         name='gloo_recv_swallows_network_errors',
