@@ -99,3 +99,12 @@ def test_figures_give_the_ratio_to_the_timeout():
     assert rows[0]["error"] == "Timed out waiting 4000ms" and rows[1]["ok"] and rows[1]["error"] == ""
     assert rows[2]["phase"] == "not done" and not rows[2]["ok"]
     assert all(set(row) == set(measure.CSV_COLUMNS) for row in rows)
+
+
+def test_the_faults_option_names_default_all_or_the_tables_faults():
+    from suites.faults.conftest import DEFAULT_FAULTS, selected_faults
+
+    assert selected_faults("default") == DEFAULT_FAULTS == ("partition", "refused", "slow")
+    assert selected_faults("all") == tuple(TABLE) and selected_faults("frozen,lossy") == ("frozen", "lossy")
+    with pytest.raises(pytest.UsageError, match="--faults: unknown fault.*sideways"):
+        selected_faults("partition,sideways")

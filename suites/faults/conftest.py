@@ -87,10 +87,6 @@ def selected_faults(option: str) -> tuple[str, ...]:
         raise pytest.UsageError(f"--faults: {exc}") from None
 
 
-def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "fault_matrix: a fault clause run only under --faults all (it waits long)")
-
-
 def pytest_collection_modifyitems(config, items) -> None:
     option = config.getoption("faults")
     wanted = selected_faults(option)
