@@ -6,9 +6,9 @@ group is exact; the first collective of a group whose connections the fault fore
 
 Every rank runs on a simulated host of its own (fixtures/hosts: a network namespace, its own address, the store
 on the switch); the last rank's host gets the fault from suites/faults/table.py in the middle of a job (its
-groups' connections exist), on groups made with a 2 s timeout (scenario.TIMEOUT_S). One scenario per fault,
-backend and world size (suites/faults/scenario.py) runs every operation at once, each on a group of its own;
-every clause reads it. Which ranks a fault reaches in an operation follows from the two tables' data
+groups' connections exist), on groups made with a 2 s timeout (scenario.TIMEOUT_S; 20 s under a negative
+control). One scenario per fault, backend and world size (suites/faults/scenario.py) runs every operation at once,
+each on a group of its own; every clause reads it. Which ranks a fault reaches in an operation follows from the two tables' data
 (suites/faults/operations.py ``reached``). Measured first on torch 2.13 with gloo (docs/faults.md). The default
 run takes one fault of each kind (a silent partition, a reset, a slow link); ``--faults all`` every fault of the
 table, and the first collective under lazy init.
