@@ -46,6 +46,20 @@ class Faults:
     num_fail_sends: int = 0
 
 
+@dataclass(frozen=True)
+class AfterFaults:
+    """What an agent's connections are once a network fault heals, measured, not assumed
+    (suites/faults/test_rpc_faults.py exercises both with rpc_sync, rpc_async, remote and to_here).
+
+    ``silent_loss_recovers``: after frames vanished (a partition) and the network healed, the same agent's calls
+    succeed again, exact. ``reset_error``: after the peer's host reset the agent's connections, every call to it
+    raises at once, also after healing (the connection is dead for good), with an error matching this regular
+    expression (re.search on "Type: text"); "" for an agent that recovers from resets too."""
+
+    silent_loss_recovers: bool = True
+    reset_error: str = ""
+
+
 def device_maps(rank: int, devices: Sequence[str]) -> dict[str, dict[str, str]]:
     """TensorPipe's ``device_maps`` for rank ``rank`` when rank r's tensors live on ``devices[r]``: every peer's
     worker name to {this rank's device: that peer's device}. Empty when this rank is on the CPU or ``devices``
@@ -77,6 +91,8 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
         backend = rpc.backend_registry.BackendType.FAULTY_TENSORPIPE
     else:
         chosen: dict = {} if spec.tensorpipe_transports is None else {"_transports": list(spec.tensorpipe_transports)}
+        if spec.tensorpipe_channels is not None:
+            chosen["_channels"] = list(spec.tensorpipe_channels)
         maps = device_maps(rank, devices)
         if maps:
             chosen.update(device_maps=maps, devices=[devices[rank]])
@@ -137,8 +153,13 @@ class AgentSpec:
     # A TensorPipe agent's transports (TensorPipeRpcBackendOptions._transports); None: TensorPipe's
     # own choice, which on one host is shm first
     tensorpipe_transports: tuple[str, ...] | None = None
+    # A TensorPipe agent's channels (TensorPipeRpcBackendOptions._channels); None: TensorPipe's own choice, which
+    # between processes of one machine moves tensors through memory (cma), not the network (see across_hosts)
+    tensorpipe_channels: tuple[str, ...] | None = None
     # False: runs only when --rpc-agent names it (a variant of another agent, not a default lane)
     selected_by_default: bool = True
+    # what its connections are after a network fault heals (None: undeclared, every rank must agree)
+    after_faults: AfterFaults | None = None
 
     def availability(self) -> Availability:
         try:
@@ -164,6 +185,28 @@ REFERENCE_GAPS = (
         "the reference agents take no device maps: ReferenceRpcBackendOptions has no device_maps or devices, "
         "and a tensor travels as its bytes, so nothing maps an accelerator tensor to the callee's device or "
         "refuses one without a map", outcome="skip"),
+)
+
+
+# suites/faults/test_rpc_faults.py, measured on torch 2.13 on simulated hosts (docs/faults.md), RPC timeout 2 s
+SILENT_FAULTS = ("partition", "one_way", "flap", "data_plane", "frozen")  # frames vanish: only a timeout ends a wait
+TIMEOUT_TEXT_NAMES_NOTHING = (
+    "torch's RPC timeout error names neither the call nor the peer: 'RPCErr:1:RPC ran for more than set timeout "
+    "(2000 ms) and will now be marked with an error' (rpc_sync, rpc_async, remote and to_here alike)")
+REFERENCE_FAULT_GAPS = (
+    Gap({"clause": "test_the_error_names_the_call_or_the_peer", "fault": SILENT_FAULTS},
+        TIMEOUT_TEXT_NAMES_NOTHING + "; the reference agents raise torch's text verbatim, so that code matching "
+        "it (suites/rpc/test_timeouts.py's AgentSpec.timeout_error) runs unchanged"),
+)
+REFERENCE_PG_FAULT_GAPS = (
+    Gap({"clause": "test_connecting_ends_within_the_agent_timeout", "fault": SILENT_FAULTS},
+        "reference-pg connects through dist.new_group over the backend under test (gloo), with the days-long "
+        "timeout its listener needs (a gloo receive that times out poisons the group): under a partition "
+        "init_rpc never returned within 7 s of a 2 s RPC timeout, on every rank"),
+    Gap({"clause": "test_graceful_shutdown_ends_within_its_timeout", "fault": SILENT_FAULTS},
+        "reference-pg's graceful shutdown raises at its timeout, then its transport waits up to SHUTDOWN_JOIN_S "
+        "(10 s) for every peer's STOP frame, which a partition never delivers: shutdown(graceful=True, "
+        "timeout=2) with a call in flight never returned within 7 s, on every rank"),
 )
 
 
@@ -199,14 +242,30 @@ TENSORPIPE = AgentSpec(
             "root that must receive gradients (dist_engine.cpp computeDependencies); one that never does "
             "blocks backward forever (spec B9, torch's own test_backward_unused_send_function checks the "
             "thread is still alive after 10 s): running the clause would leave a thread blocked in the rank",
-            outcome="skip", consequence="hangs"),
+            outcome="skip"),
         Gap({"rpc_feature": "rref_to_owner_before_created"},
             "an RRef that reaches its owner while remote() is still building the value, passed by the owner "
             "to itself in an RPC (a RemoteModule sent to its own worker, whose forward calls itself), gets "
             "no answer: 'RPC ran for more than set timeout'; after that a graceful rpc.shutdown() blocks "
             "(measured with two plain torch processes: every time with a 0.2 s creation, about 1 in 300 "
             "with an instant one; never once the caller's to_here() has confirmed the RRef)",
-            outcome="skip", consequence="hangs"),
+            outcome="skip"),
+        Gap({"clause": "test_the_error_names_the_call_or_the_peer", "fault": SILENT_FAULTS},
+            TIMEOUT_TEXT_NAMES_NOTHING),
+        Gap({"clause": "test_the_error_names_the_call_or_the_peer", "fault": ("refused", "cut_after_bytes")},
+            "TensorPipe's error for a reset connection names neither the call nor the peer: 'ECONNRESET: "
+            "connection reset by peer (this error originated at tensorpipe/transport/uv/connection_impl.cc:157)'"),
+        Gap({"clause": "test_graceful_shutdown_ends_within_its_timeout", "fault": SILENT_FAULTS},
+            "torch 2.13's rpc.shutdown(graceful=True, timeout=2) under a partition, with a call in flight across "
+            "it, never returned within 7 s on either worker (without a call in flight: the follower raised 'RPC "
+            "ran for more than set timeout (2000 ms)' after 6.7 s, the leader never returned). _all_gather's "
+            "signal wait is bounded, but TensorPipeAgent::join(shutdown, float /* unused */) ignores the timeout "
+            "and waits for every worker's calls to drain (tensorpipe_agent.cpp)"),
+        Gap({"clause": "test_connecting_ends_within_the_agent_timeout", "fault": SILENT_FAULTS},
+            "torch 2.13's init_rpc under a partition (rpc_timeout=2) never returned within 7 s on either worker: "
+            "its start-up _all_gather is bounded by the RPC timeout, but the gloo group init_rpc makes for its "
+            "barrier (backend_registry.py _init_process_group, group.barrier().wait()) is not "
+            "(pytorch/gloo#520: gloo's connect has no bound)"),
         Gap({"rpc_feature": "async_future_exception"},
             "torch.futures.Future.set_exception stores the exception as the future's value with a "
             "Python-only unwrap function; the agent's C++ side sends that value back, so the caller "
@@ -221,7 +280,11 @@ TENSORPIPE = AgentSpec(
     # of a live agent burns about two thirds of a core in system time (measured on torch 2.13, ws3:
     # 2.9 s sys per rank in 5 idle seconds; uv: 0.0). On a 2-core machine that starves the ranks the
     # clause is waiting on. uv is also what TensorPipe uses between hosts. tensorpipe-shm keeps shm.
-    tensorpipe_transports=("uv",))
+    tensorpipe_transports=("uv",),
+    # measured on torch 2.13 on simulated hosts (docs/faults.md): the pipe survives silent loss and works again
+    # after healing; a reset kills it for good ("ECONNRESET: connection reset by peer (this error originated at
+    # tensorpipe/transport/uv/connection_impl.cc:157)" at once, healed or not)
+    after_faults=AfterFaults(silent_loss_recovers=True, reset_error=r"RuntimeError: (ECONNRESET|EOF)"))
 
 AGENTS: dict[str, AgentSpec] = {
     "tensorpipe": TENSORPIPE,
@@ -233,8 +296,14 @@ AGENTS: dict[str, AgentSpec] = {
         name="reference-pg", module="backends.reference.rpc", **REFERENCE_STACK,
         description="reference agent whose messages travel over the c10d backend under test",
         timeout_error="RPC ran for more than", uses_backend=True,
+        # gloo's pairs outlive silent loss (the transport's group has a days-long timeout, so none times out);
+        # a reset fails gloo's pair for good: "RPC to WorkerInfo(id=1, name=worker1) failed: reference-pg: cannot
+        # send to rank 1: posting a frame to rank 1 failed: [.../gloo/transport/tcp/pair.cc:553] Connection closed
+        # by peer"
+        after_faults=AfterFaults(silent_loss_recovers=True, reset_error=r"Error: RPC to .*failed: reference-pg: "
+                                                                        r"cannot send to rank \d"),
         transport="backends.reference.rpc.transports:over_process_group",
-        gaps=REFERENCE_GAPS + (
+        gaps=REFERENCE_GAPS + REFERENCE_FAULT_GAPS + REFERENCE_PG_FAULT_GAPS + (
             # matched on the backend under test (fixtures/rpc_plugin.py adds it to every case's needs)
             Gap({"backend": "nccl"},
                 "reference-pg frames are CPU tensors (header bytes, metadata) and NCCL moves only CUDA tensors; "
@@ -243,9 +312,24 @@ AGENTS: dict[str, AgentSpec] = {
     "reference-tp": AgentSpec(
         name="reference-tp", module="backends.reference.rpc", **REFERENCE_STACK,
         description="reference agent over direct loopback sockets, tensors as raw bytes",
-        timeout_error="RPC ran for more than", gaps=REFERENCE_GAPS,
-        transport="backends.reference.rpc.transports:over_sockets"),
+        timeout_error="RPC ran for more than", gaps=REFERENCE_GAPS + REFERENCE_FAULT_GAPS,
+        transport="backends.reference.rpc.transports:over_sockets",
+        # TensorPipe's shape: the socket outlives silent loss, a reset drops it for good ("RPC to
+        # WorkerInfo(id=1, name=worker1) failed: reference-tp rank 0: rank 1 is not connected" at once)
+        after_faults=AfterFaults(silent_loss_recovers=True, reset_error=r"Error: RPC to .*failed: .*rank \d")),
 }
+
+
+def across_hosts(spec: AgentSpec) -> AgentSpec:
+    """``spec`` as it runs between hosts, for ranks on simulated hosts that still share one machine (suites/faults).
+
+    Between processes of one machine TensorPipe moves tensors through memory (its cma channel, shm transport),
+    so a fault on the network would never touch them; between real hosts only the network is there: the uv
+    transport and the basic channel (docs/faults.md measured TensorPipe that way). A reference agent is unchanged:
+    its bytes always cross its transport."""
+    if spec.start is not start_tensorpipe:
+        return spec
+    return replace(spec, tensorpipe_transports=("uv",), tensorpipe_channels=("basic",))
 
 
 class RpcAgentPluginError(ImportError):

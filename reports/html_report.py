@@ -14,6 +14,7 @@ import sys
 from collections import defaultdict
 
 from . import benchmarks, views
+from .fault_figures import fault_figures
 from .json_report import read_json
 from .rendering import environment
 
@@ -99,6 +100,7 @@ def _displayable(meta) -> dict:
 def context(records, meta: dict, *, out_dir: str = "", started: float = 0.0) -> dict:
     records = sorted(records, key=lambda r: r.nodeid)
     targets, areas, cells = views.matrix(records)
+    figures, figure_problems = fault_figures(records)
     by_target_area: dict = defaultdict(list)
     for r in records:
         by_target_area[(views.target(r), r.area or "-")].append(r)
@@ -117,6 +119,8 @@ def context(records, meta: dict, *, out_dir: str = "", started: float = 0.0) -> 
         "gaps": views.gaps(records),
         "skips": views.skips(records),
         "findings": views.findings_by_clause(records),
+        "faults": figures,
+        "fault_problems": figure_problems,
         "slowest": views.slowest(records, 20),
         "area_times": views.durations_by_area(records),
         "slowest_clauses": views.slowest_clauses(records),

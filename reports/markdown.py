@@ -12,6 +12,7 @@ finding, rank text and timing is in report.html and conformance.json.
 from __future__ import annotations
 
 from . import views
+from .fault_figures import fault_figures
 from .views import OUTCOMES
 
 
@@ -73,7 +74,7 @@ def _matrix(records) -> list[str]:
 # How many entries each section shows: the worst few, the rest counted. summary.md stays the size of a
 # terminal page whatever the number of cases or findings (tests/test_reports.py holds it under 12 KB);
 # every entry is in report.html and conformance.json.
-SHOWN = {"causes": 5, "failing": 8, "gaps": 8, "unstable": 6, "steady": 3, "findings": 3, "skips": 3, "slowest": 3}
+SHOWN = {"causes": 5, "failing": 8, "gaps": 8, "unstable": 6, "steady": 3, "findings": 3, "skips": 3, "slowest": 3, "faults": 8}
 
 
 def _more(total: int, shown: int, what: str) -> list[str]:
@@ -182,6 +183,24 @@ def _findings(records) -> list[str]:
     return out + [""]
 
 
+def _faults(records) -> list[str]:
+    """Network faults (suites/faults): per fault, target and operation, how long the ranks took to learn of it."""
+    figures, problems = fault_figures(records)
+    if not figures and not problems:
+        return []
+    out = [f"## Faults: {plural(len(figures), 'operation')} under a fault, the slowest to detect it first", "",
+           "| fault | target | ws | operation | outcome | detected after | × timeout | first error |",
+           "|---|---|---|---|---|---|---|---|"]
+    for f in figures[: SHOWN["faults"]]:
+        detect = f"{f.detect_s:.2f} s" if f.detect_s is not None else "-"
+        ratio = f"{f.ratio:.2f}" if f.ratio is not None else "-"
+        out.append(f"| {f.fault} | {f.target} | {f.world_size} | {f.operation} | {f.outcome} | {detect} | "
+                   f"{ratio} | {cell(f.error, 90) or '-'} |")
+    out += _more(len(figures), SHOWN["faults"], "operations under a fault")
+    out += [f"- unreadable figure: {cell(p, 140)}" for p in problems[:3]]
+    return out + [""]
+
+
 def _skips(records) -> list[str]:
     rows = views.skips(records)
     if not rows:
@@ -211,7 +230,7 @@ def _timing(records, meta: dict) -> list[str]:
 def render(records, meta: dict) -> str:
     out = _header(records, meta) + _verdict(records) + _matrix(records)
     out += _failures(records) + _stability(records) + _gaps(records, meta)
-    out += _findings(records) + _skips(records) + _timing(records, meta)
+    out += _faults(records) + _findings(records) + _skips(records) + _timing(records, meta)
     out.append("Every case, finding, rank text, timing and profile: `report.html` and `conformance.json` beside "
                "this file.")
     return "\n".join(out) + "\n"

@@ -22,6 +22,8 @@ class CaseRecord:
     error: str = ""  # first lines of the error (also for xfail: the backend's actual behaviour); line 1 = cause
     cause: str = ""  # what raised: the ranks' own exception type and message (reports/causes.py)
     findings: list = field(default_factory=list)  # what the backend did, recorded by the test
+    # how each rank's operation ended under a network fault (suites/faults; reports/fault_figures.py decodes them)
+    fault_figures: list = field(default_factory=list)
     rpc_agent: str = ""  # RPC clauses only (fixtures/rpc_plugin.py): the agent under test
     debug_level: str = ""  # TORCH_DISTRIBUTED_DEBUG of the ranks (OFF, INFO, DETAIL)
     # why the debug level did not take effect in the case's world ('' if it did): a DETAIL world whose backend
@@ -90,6 +92,8 @@ def record_from_report(report, previous: CaseRecord | None) -> CaseRecord | None
     for name, value in report.user_properties:
         if name == "finding" and value not in record.findings:
             record.findings.append(value)
+        elif name == "fault_figure" and value not in record.fault_figures:
+            record.fault_figures.append(value)
     record.duration += report.duration
     record.phases[report.when] = report.outcome
 

@@ -52,3 +52,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return float("inf") if marker is None else marker.args[0] if marker.args else 0
 
     items.sort(key=order)
+
+
+@pytest.fixture(scope="session")
+def launch_hosts(request: pytest.FixtureRequest) -> str:
+    """Where the launch tests' simulated nodes run (tests/harness_cases/launch_nodes.py): the run's --hosts,
+    ``none`` (this host's loopback) or ``netns`` (each node on a simulated host of its own; skips saying why
+    where simulated hosts cannot be made)."""
+    mode = request.config.getoption("hosts")
+    if mode == "netns":
+        from fixtures.hosts import unavailable_reason
+
+        reason = unavailable_reason()
+        if reason is not None:
+            pytest.skip(f"--hosts netns: {reason}")
+    return mode

@@ -1,5 +1,6 @@
 """A launched world on two simulated nodes (tests/harness_cases/launch_nodes.py): the same outcomes as
-one host, and what a hang, a rank death, a killed node and a stopped node (either side) look like."""
+one host, and what a hang, a rank death, a killed node and a stopped node (either side) look like.
+The nodes run on this host's loopback, or under ``--hosts netns`` each on a simulated host of its own."""
 
 from __future__ import annotations
 
@@ -27,13 +28,13 @@ TRAINING_SUBSET = ["suites/ddp/test_gradients.py", "suites/ddp/test_join.py",
 
 
 @pytest.fixture(scope="module")
-def two_nodes_and_one_host(tmp_path_factory):
+def two_nodes_and_one_host(tmp_path_factory, launch_hosts):
     """Both subsets in one launched run on two nodes and one single-host run at world size 4 (each costs
     two torchruns and their ranks, or a pytest and its world, to start: once for the two tests below);
     --rpc-agent only selects the agents of TRAINING_SUBSET's RPC cases."""
     tmp_path = tmp_path_factory.mktemp("two-nodes")
     args = [*SUBSET, *TRAINING_SUBSET, "--backend", "gloo", "--rpc-agent", "reference-pg", "-q"]
-    results, launched = two_torchrun_nodes(args, tmp_path)
+    results, launched = two_torchrun_nodes(args, tmp_path, hosts=launch_hosts)
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
     alone = single_host_cases(args, tmp_path)
     return tmp_path, launched, alone
@@ -61,12 +62,12 @@ def test_ddp_and_rpc_suites_run_unchanged_on_two_nodes(two_nodes_and_one_host):
     assert outcomes(launched) == outcomes(alone)
 
 
-def test_hang_on_node1_fails_with_every_rank_stack_both_hosts_and_the_flight_recorders(tmp_path):
+def test_hang_on_node1_fails_with_every_rank_stack_both_hosts_and_the_flight_recorders(tmp_path, launch_hosts):
     """Rank 3 (node1) never enters the barrier: the failure shows every rank's stack headed by its host and, from
     the flight-recorder dumps the supervisors sent over the control channel, the collective each rank is in; the
     dumps are kept beside the report (JSON, and pickled with pg_config completed for fr_trace)."""
     results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs",
-                                          "--controller-address", "127.0.0.1"], tmp_path,
+                                          "--controller-address", "{node0}"], tmp_path, hosts=launch_hosts,
                                          env={"LAUNCH_CASE": "hang", "EXPECT_HOSTS": "node0,node0,node1,node1"})
     assert all(rc != 0 for rc, _ in results)  # the run fails on both nodes
     by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
@@ -85,7 +86,8 @@ def test_hang_on_node1_fails_with_every_rank_stack_both_hosts_and_the_flight_rec
     seq = int(found.group(1))
     for rank in range(3):
         assert f"rank {rank}: waiting in barrier #{seq} of group default_pg" in error, error
-    assert f"rank 3: last entered barrier #{seq - 1} " in error or "rank 3: entered no collective of group " \
+    # rank 3's last collective: test_placement's (a barrier, and an all_reduce on simulated hosts), or none
+    assert re.search(rf"rank 3: last entered \w+ #{seq - 1} ", error) or "rank 3: entered no collective of group " \
         "default_pg" in error, error
     kept = tmp_path / "report" / "flight-recorder" / "tests_harness_cases_launch_cases.py_test_injected_hang_gloo-ws4"
     assert f"flight-recorder dumps: {kept}" in error, error
@@ -105,8 +107,8 @@ def test_hang_on_node1_fails_with_every_rank_stack_both_hosts_and_the_flight_rec
                                       "last_rank_of_node1_sleeps_in_python did not finish")
 
 
-def test_rank_death_on_node1_names_rank_host_and_status(tmp_path):
-    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs"], tmp_path,
+def test_rank_death_on_node1_names_rank_host_and_status(tmp_path, launch_hosts):
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs"], tmp_path, hosts=launch_hosts,
                                          env={"LAUNCH_CASE": "death"})
     assert all(rc != 0 for rc, _ in results)
     by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
@@ -118,8 +120,8 @@ def test_rank_death_on_node1_names_rank_host_and_status(tmp_path):
         "last_rank_of_node1_exits_7 in world gloo-ws4")
 
 
-def test_lost_node_fails_with_status_unknown_and_leaves_no_process(tmp_path):
-    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py"], tmp_path,
+def test_lost_node_fails_with_status_unknown_and_leaves_no_process(tmp_path, launch_hosts):
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py"], tmp_path, hosts=launch_hosts,
                                          env={"LAUNCH_CASE": "nodeloss"})
     assert all(rc != 0 for rc, _ in results)
     by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
@@ -138,7 +140,8 @@ def _stop_a_node(node: str, stop_request, wait_for: int, timings: dict, check_wh
     node (its launcher, supervisors and ranks: no FIN, no exit status), wait for the other node's
     launcher (index ``wait_for``) to exit, then SIGCONT the stopped node."""
 
-    def during(procs, mark):
+    def during(procs, mark, nodes):
+        timings["controller_address"] = nodes.master_addr
         end = time.monotonic() + 240
         while not (stop_request.exists() and len(stop_request.read_text().split()) == 2):
             assert time.monotonic() < end and all(p.poll() is None for p in procs), f"{node} never asked to be stopped"
@@ -162,7 +165,7 @@ def _stop_a_node(node: str, stop_request, wait_for: int, timings: dict, check_wh
     return during
 
 
-def test_a_stopped_node_is_noticed_by_heartbeat_and_leaves_no_process(tmp_path):
+def test_a_stopped_node_is_noticed_by_heartbeat_and_leaves_no_process(tmp_path, launch_hosts):
     """node1 is SIGSTOPped whole: the controller fails the case within the heartbeat limit naming
     rank and host, node0 exits; node1, resumed, finds the controller gone and exits too."""
     stop_request, timings = tmp_path / "stop-request", {}
@@ -170,7 +173,7 @@ def test_a_stopped_node_is_noticed_by_heartbeat_and_leaves_no_process(tmp_path):
                                          env={"LAUNCH_CASE": "stop", "STOP_NODE": "node1",
                                               "STOP_REQUEST": str(stop_request),
                                               "DISTCONFORM_HEARTBEAT_TIMEOUT": str(HEARTBEAT_LIMIT_S)},
-                                         during=_stop_a_node("node1", stop_request, 0, timings))
+                                         during=_stop_a_node("node1", stop_request, 0, timings), hosts=launch_hosts)
     assert all(rc != 0 for rc, _ in results)
     by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
     stopped = by_name["test_injected_node_stop[gloo-ws4]"]
@@ -181,7 +184,7 @@ def test_a_stopped_node_is_noticed_by_heartbeat_and_leaves_no_process(tmp_path):
     assert by_name["test_after_failure[gloo-ws4]"]["outcome"] == "skipped"
 
 
-def test_a_stopped_controller_node_leaves_no_process_on_the_other(tmp_path):
+def test_a_stopped_controller_node_leaves_no_process_on_the_other(tmp_path, launch_hosts):
     """node0 (the controller's) is SIGSTOPped whole: node1's supervisors hear no heartbeat, kill their
     ranks and exit while node0 is still stopped; node0, resumed, fails the case and exits."""
     stop_request, timings = tmp_path / "stop-request", {}
@@ -193,43 +196,96 @@ def test_a_stopped_controller_node_leaves_no_process_on_the_other(tmp_path):
                                          env={"LAUNCH_CASE": "stop", "STOP_NODE": "node0",
                                               "STOP_REQUEST": str(stop_request),
                                               "DISTCONFORM_HEARTBEAT_TIMEOUT": str(HEARTBEAT_LIMIT_S)},
-                                         during=_stop_a_node("node0", stop_request, 1, timings, node1_is_empty))
+                                         during=_stop_a_node("node0", stop_request, 1, timings, node1_is_empty),
+                                         hosts=launch_hosts)
     assert all(rc != 0 for rc, _ in results)
     assert timings["other_exited"] - timings["stopped"] < HEARTBEAT_LIMIT_S + 30
-    assert re.search(r"rank [23]: no heartbeat from the controller at 127\.0\.0\.1:[0-9]+ for [0-9.]+ s \(limit 5 s\)",
-                     results[1][1]), results[1][1][-3000:]
+    assert re.search(rf"rank [23]: no heartbeat from the controller at {re.escape(timings['controller_address'])}:"
+                     r"[0-9]+ for [0-9.]+ s \(limit 5 s\)", results[1][1]), results[1][1][-3000:]
     by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
     assert by_name["test_injected_node_stop[gloo-ws4]"]["outcome"] == "failed"
     assert re.search(r"rank [23] on host node1 ", by_name["test_injected_node_stop[gloo-ws4]"]["error"])
 
 
+# longer than the deadline and the flight-recorder wait (8 s): node0's dumps arrive before node1 is given up
+PARTITION_HEARTBEAT_LIMIT_S = 20.0
+
+
+def test_a_partitioned_node_times_the_collective_out(tmp_path, launch_hosts):
+    """Simulated hosts only: node1's host is cut off on the bridge (silently, both ways) before its ranks enter
+    an all_reduce the others wait in. The collective cannot finish, so traffic between the nodes really crosses
+    the bridge: the case fails at its deadline, node0's ranks waiting in the all_reduce (their flight recorders),
+    node1's ranks named by host with why nothing came back; every process of both nodes ends, never healed
+    (node1's supervisors give the silent controller up)."""
+    if launch_hosts != "netns":
+        pytest.skip("a partition needs the nodes on simulated hosts: run with --hosts netns")
+    request, done = tmp_path / "partition-request", tmp_path / "partition-done"
+
+    def partition_node1(procs, mark, nodes):
+        end = time.monotonic() + 240
+        while not (request.exists() and len(request.read_text().split()) == 2):
+            assert time.monotonic() < end and all(p.poll() is None for p in procs), "node1 never asked to be cut off"
+            time.sleep(0.05)
+        nodes.hosts.partition(1)
+        done.touch()
+
+    results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs"], tmp_path, hosts=launch_hosts,
+                                        env={"LAUNCH_CASE": "partition", "PARTITION_REQUEST": str(request),
+                                             "PARTITION_DONE": str(done),
+                                             "DISTCONFORM_HEARTBEAT_TIMEOUT": str(PARTITION_HEARTBEAT_LIMIT_S)},
+                                        during=partition_node1)
+    assert all(rc != 0 for rc, _ in results)
+    by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
+    cut = by_name["test_injected_partition[gloo-ws4]"]
+    assert cut["outcome"] == "failed"
+    assert cut["duration"] < PARTITION_HEARTBEAT_LIMIT_S + 30  # the deadline and the waits for answers, bounded
+    error = junit_failure(tmp_path, "test_injected_partition[gloo-ws4]")
+    assert "node1_is_cut_off did not finish within its 3 s deadline" in error, error
+    for rank in (0, 1):  # node0's ranks, reachable: their flight recorders show them inside the collective
+        assert re.search(rf"rank {rank}: waiting in all_reduce #\d+ of group default_pg", error), error
+        assert re.search(rf"--- rank {rank} stack:\n\[host node0\]\n(Current thread|Thread) 0x", error), error
+    for rank in (2, 3):  # node1's, behind the partition: named by host, with why nothing came back
+        assert re.search(rf"rank {rank}: no flight-recorder dump: on host node1, (no answer from its supervisor "
+                         r"within \d+ s|its supervisor is gone)", error), error
+        assert f"--- rank {rank} stack:\n[host node1]\n(" in error, error
+    assert by_name["test_after_failure[gloo-ws4]"]["reason"].startswith(
+        "launched world broken earlier in this run: DeadlineExceeded: node1_is_cut_off did not finish")
+
+
 @pytest.fixture(scope="module")
-def placement_over_ipv6_at_detail(tmp_path_factory):
+def placement_at_detail(tmp_path_factory, launch_hosts):
     """One launched run of test_placement for the two tests below (a launch costs two torchruns and their
-    ranks to start): --controller-address ::1 where this host has IPv6 (else the default address), and
-    --debug-level DETAIL under a launcher whose environment says INFO."""
+    ranks to start), with --debug-level DETAIL under a launcher whose environment says INFO. On this host's
+    loopback: --controller-address ::1 where this host has IPv6 (else the default address). On simulated hosts
+    (where ::1 is each host's own: the other node cannot dial it): torchrun's c10d rendezvous instead of the
+    static one, at node 0's address."""
     tmp_path = tmp_path_factory.mktemp("placement")
-    address, expect_store = (["--controller-address", "::1"], {"EXPECT_STORE_HOST": "::1"}) if not NO_IPV6 else ([], {})
+    over_ipv6 = launch_hosts == "none" and not NO_IPV6
+    address, expect_store = (["--controller-address", "::1"], {"EXPECT_STORE_HOST": "::1"}) if over_ipv6 else ([], {})
     results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-k", "placement", *address,
-                                         "--debug-level", "DETAIL"], tmp_path,
+                                         "--debug-level", "DETAIL"], tmp_path, hosts=launch_hosts,
+                                        rendezvous="c10d" if launch_hosts == "netns" else "static",
                                         env={**expect_store, "EXPECT_HOSTS": "node0,node0,node1,node1",
                                              "TORCH_DISTRIBUTED_DEBUG": "INFO", "EXPECT_DEBUG_LEVEL": "DETAIL"})
     return results, cases
 
 
 @pytest.mark.skipif(bool(NO_IPV6), reason=NO_IPV6 or "-")
-def test_ipv6_controller_address(placement_over_ipv6_at_detail):
+def test_ipv6_controller_address(placement_at_detail, launch_hosts):
     """--controller-address ::1: the ranks dial the control channel and the world's store over IPv6."""
-    results, cases = placement_over_ipv6_at_detail
+    if launch_hosts == "netns":
+        pytest.skip("--hosts netns: ::1 is each simulated host's own loopback, the other node cannot dial it "
+                    "(the hosts have no IPv6 address on their bridge)")
+    results, cases = placement_at_detail
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
     assert outcomes(cases) == {"tests/harness_cases/launch_cases.py::test_placement[gloo-ws4-DETAIL]": "passed"}
 
 
-def test_the_debug_level_reaches_every_launched_rank(placement_over_ipv6_at_detail):
+def test_the_debug_level_reaches_every_launched_rank(placement_at_detail):
     """--debug-level DETAIL under a launcher whose environment says INFO: the option wins, the case's id
     and report say DETAIL, and every rank runs at it (test_placement compares each rank's
     torch.distributed.get_debug_level() and $TORCH_DISTRIBUTED_DEBUG with the world's level)."""
-    results, cases = placement_over_ipv6_at_detail
+    results, cases = placement_at_detail
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
     [(nodeid, case)] = cases.items()
     assert (nodeid, case["outcome"], case["debug_level"]) == (

@@ -1,5 +1,5 @@
 """Under torchrun --max-restarts a restarted controller continues the run from its journal
-(fixtures/launch/journal.py): on two simulated nodes, and the journal itself."""
+(fixtures/launch/journal.py): on two simulated nodes (on simulated hosts under --hosts netns), and the journal itself."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from tests.harness_cases.launch_nodes import two_torchrun_nodes
 from tests.harness_cases.procs import REPO_ROOT
 
 
-def test_max_restarts_continues_the_run_after_a_rank_death(tmp_path):
+def test_max_restarts_continues_the_run_after_a_rank_death(tmp_path, launch_hosts):
     """torchrun --max-restarts 1: rank 3 dies once; the restarted workers re-attach and the run continues."""
     results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs"], tmp_path,
-                                         env={"LAUNCH_CASE": "restart"}, torchrun_args=["--max-restarts", "1"])
+                                         env={"LAUNCH_CASE": "restart"}, torchrun_args=["--max-restarts", "1"],
+                                         hosts=launch_hosts)
     outputs = "\n".join(out for _, out in results)
     assert all(rc != 0 for rc, _ in results), outputs[-3000:]  # a case failed: the run fails
     by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
@@ -63,12 +64,12 @@ class _FakeCluster:
         return os.path.exists("broken")
 
 
-def test_max_restarts_continues_after_the_controller_itself_is_killed(tmp_path):
+def test_max_restarts_continues_after_the_controller_itself_is_killed(tmp_path, launch_hosts):
     """The controller is SIGKILLed mid-case (nothing journalled for it): the restarted controller
     records that case as failed because the world broke, and runs the rest; nothing is left."""
     results, cases = two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-rs"], tmp_path,
                                          env={"LAUNCH_CASE": "controller_killed"},
-                                         torchrun_args=["--max-restarts", "1"])
+                                         torchrun_args=["--max-restarts", "1"], hosts=launch_hosts)
     assert all(rc != 0 for rc, _ in results)
     by_name = {nodeid.split("::")[1]: c for nodeid, c in cases.items()}
     killed = by_name["test_injected_controller_kill_once[gloo-ws4]"]

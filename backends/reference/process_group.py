@@ -912,7 +912,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         """A new communicator of the ranks whose handles ``opts.handles`` names, under the fresh ``opts.uuid``
         (fault_tolerance.py). Every listed rank makes it at once, over this group's store: the old one's worker
         and connections end, the new one numbers operations from scratch and reports SUCCESS."""
-        place = fault_tolerance.membership(opts.uuid, opts.handles, self._handle, self._used_uuids)
+        place = self._place(opts)
         self._used_uuids.add(opts.uuid)
         timeout = opts.timeout if opts.timeout is not None else self.timeout
         old_worker = self._worker
@@ -929,6 +929,10 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         work = ReferenceWork(f"reconfigure (uuid {opts.uuid})", timeout.total_seconds())
         work.complete([])
         return work
+
+    def _place(self, opts) -> fault_tolerance.Membership:
+        """Where this rank stands in the communicator ``opts`` describes (the request checked first)."""
+        return fault_tolerance.membership(opts.uuid, opts.handles, self._handle, self._used_uuids)
 
     def get_error(self):
         return self._faults.error_type()

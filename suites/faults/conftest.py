@@ -19,6 +19,7 @@ import pytest
 
 from fixtures.pytest_plugin import pool_of
 from fixtures.world import World
+from suites.faults import figures
 from suites.faults.scenario import Scenario, run_scenario
 from suites.faults.table import TABLE, named
 
@@ -64,15 +65,20 @@ def hosted_worlds(request):
 
 
 @pytest.fixture
-def scenario(hosted_worlds, backend_spec, world_target, fault) -> Scenario:
-    """The one run of ``fault`` in the middle of a job, in this backend's hosted world at this world size."""
-    return hosted_worlds.scenario(backend_spec, world_target.world_size, fault)
+def scenario(request, hosted_worlds, backend_spec, world_target, fault) -> Scenario:
+    """The one run of ``fault`` in the middle of a job, in this backend's hosted world at this world size; its
+    figures go on the case (the report's Faults section)."""
+    found = hosted_worlds.scenario(backend_spec, world_target.world_size, fault)
+    figures.record(request, figures.collective_figures(found, backend_spec.name))
+    return found
 
 
 @pytest.fixture
-def first_connect_scenario(hosted_worlds, backend_spec, world_target, fault) -> Scenario:
+def first_connect_scenario(request, hosted_worlds, backend_spec, world_target, fault) -> Scenario:
     """The one run of ``fault`` before a group's first connection, in this backend's hosted world."""
-    return hosted_worlds.scenario(backend_spec, world_target.world_size, fault, "before_connect")
+    found = hosted_worlds.scenario(backend_spec, world_target.world_size, fault, "before_connect")
+    figures.record(request, figures.collective_figures(found, backend_spec.name))
+    return found
 
 
 def selected_faults(option: str) -> tuple[str, ...]:

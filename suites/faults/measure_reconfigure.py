@@ -7,8 +7,8 @@ directory (the controller's own connections would be cut): every rank makes a re
 reconfigures it with every handle and reduces; the controller cuts host 2 off; every rank all_reduces under
 a DETECT_TIMEOUT_S timeout (the measurement: how long until it fails, with what, and get_error()); ranks 0
 and 1 reconfigure without rank 2 (a fresh uuid) and reduce; the controller heals; all three reconfigure again
-(another uuid) and reduce. One line per call: rank, phase, seconds, outcome. Not a clause (issue 36 part 3
-needs the fault area's clauses); docs/fault-tolerance.md records a run.
+(another uuid) and reduce. One line per call: rank, phase, seconds, outcome. The clauses of the same scenario
+are suites/faults/test_partition_recovery.py; docs/fault-tolerance.md records a run of both.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def _wait(directory: str, name: str) -> None:
         time.sleep(0.01)
 
 
-def _call(call: Callable[[], Any]) -> dict:
+def _timed(call: Callable[[], Any]) -> dict:
     """How a call ended: seconds, and its value or the error's type and text."""
     start = time.perf_counter()
     try:
@@ -63,7 +63,7 @@ class Timed:
     def __init__(self, call: Callable[[], Any], name: str) -> None:
         self.outcome: dict | None = None
         self.started = time.monotonic()
-        self.thread = threading.Thread(target=lambda: setattr(self, "outcome", _call(call)),
+        self.thread = threading.Thread(target=lambda: setattr(self, "outcome", _timed(call)),
                                        name=f"fault-{name}", daemon=True)
         self.thread.start()
 
@@ -75,7 +75,7 @@ class Timed:
                 "runtime_error": False, "error": f"still running after {bound_s:g} s (left on its thread)"}
 
 
-def _timed(call: Callable[[], Any], name: str, bound_s: float) -> dict:
+def _bounded(call: Callable[[], Any], name: str, bound_s: float) -> dict:
     return Timed(call, name).result(bound_s)
 
 
@@ -130,7 +130,7 @@ def _pending_then(group, numel: int, end: Callable[[], None], bound_s: float) ->
     The all_reduce is issued from a thread of its own: a Python ProcessGroup may wait inside the call itself."""
     Timed(lambda: dist.all_reduce(torch.ones(numel), group=group, async_op=True), "pending")
     time.sleep(PENDING_S)
-    return _timed(end, "end", bound_s)
+    return _bounded(end, "end", bound_s)
 
 
 def _shrink(group, numel: int) -> float | str:
@@ -172,14 +172,14 @@ def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) ->
                                lambda: dist.distributed_c10d._abort_process_group(groups["abort"]), bound_s),
         "destroy": _pending_then(groups["destroy"], numel,
                                  lambda: dist.destroy_process_group(groups["destroy"]), bound_s),
-        "shrink": _timed(lambda: _shrink(groups["shrink"], numel), "shrink", bound_s),
+        "shrink": _bounded(lambda: _shrink(groups["shrink"], numel), "shrink", bound_s),
     }
     out.update({name: wait.result(bound_s) for name, wait in waits.items()})
     _mark(directory, f"faulted{ctx.rank}")
     _wait(directory, "healed")
-    out["after"] = _timed(lambda: _all_reduce(groups["all_reduce"], numel), "after", bound_s)
+    out["after"] = _bounded(lambda: _all_reduce(groups["all_reduce"], numel), "after", bound_s)
     fresh = dist.new_group(timeout=timeout)
-    out["renewed"] = _timed(lambda: _all_reduce(fresh, numel), "renewed", bound_s)
+    out["renewed"] = _bounded(lambda: _all_reduce(fresh, numel), "renewed", bound_s)
     if not any(result.get("stuck") for result in out.values()):  # a group with a stuck call stays as it is
         _destroy([groups[name] for name in GROUPS if name not in ("abort", "destroy")] + [fresh])
     return out
@@ -199,7 +199,7 @@ def first_collective(directory: str, timeout_s: float, numel: int, bound_s: floa
             os.environ["TORCH_GLOO_LAZY_INIT"] = before
     _mark(directory, f"ready{ctx.rank}")
     _wait(directory, "go")
-    out = {"all_reduce": _timed(lambda: _all_reduce(group, numel), "first", bound_s)}
+    out = {"all_reduce": _bounded(lambda: _all_reduce(group, numel), "first", bound_s)}
     _mark(directory, f"faulted{ctx.rank}")
     if not out["all_reduce"].get("stuck"):
         _destroy([group])

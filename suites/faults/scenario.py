@@ -39,6 +39,7 @@ class Scenario:
 
     fault: str
     when: str  # table.WHEN
+    timeout_s: float  # the groups' and the store client's timeout
     cut_rank: int
     ranks: tuple[dict, ...]  # rank_side.under_fault's (or first_collective's) result by rank: operation -> outcome
     missing: tuple[str, ...]  # what the controller did not see within its bound, in words
@@ -123,4 +124,5 @@ def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadli
         stop.set()
         thread.join()
         shutil.rmtree(directory, ignore_errors=True)
-    return Scenario(fault.name, when, cut, tuple(results), tuple(missing))
+    return Scenario(fault.name, when, timeout_for(fault) if when == "mid_operation" else TIMEOUT_S, cut,
+                    tuple(results), tuple(missing))

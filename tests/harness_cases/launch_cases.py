@@ -24,6 +24,17 @@ def test_placement(world):
     assert [(p["debug_level"], p["debug_env"]) for p in places] == [(world.debug_level,) * 2] * world.world_size
     if os.environ.get("EXPECT_DEBUG_LEVEL"):
         assert world.debug_level == os.environ["EXPECT_DEBUG_LEVEL"]
+    if os.environ.get("EXPECT_ADDRESSES"):  # nodes on simulated hosts: every byte crosses the bridge
+        expected = os.environ["EXPECT_ADDRESSES"].split(",")
+        for rank, every in enumerate(world.run(launch_fns.tcp_connections)):
+            # rank 0 (and its supervisor) reach the controller, a process of their own host, on its loopback
+            connections = [c for c in every if c != ("127.0.0.1", "127.0.0.1")]
+            assert connections, f"rank {rank} has no TCP connection beyond its host's loopback: {every}"
+            # from its node's address only (a rank on loopback would show 127.0.0.1), to the node of every peer
+            # (gloo connects every pair) and to node 0's (the controller and the world's store)
+            peers = {expected[peer] for peer in range(world.world_size) if peer != rank} | {expected[0]}
+            assert {local for local, _ in connections} == {expected[rank]}, (rank, connections)
+            assert {remote for _, remote in connections} == peers, (rank, connections)
 
 
 @pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "hang", reason="selected by LAUNCH_CASE=hang")
@@ -57,6 +68,12 @@ def test_injected_controller_kill_once(world):
 @pytest.mark.deadline(300)  # far beyond the heartbeat limit: the silence must be noticed first
 def test_injected_node_stop(world):
     world.run(launch_fns.a_node_stops)
+
+
+@pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "partition", reason="selected by LAUNCH_CASE=partition")
+@pytest.mark.deadline(3)
+def test_injected_partition(world):
+    world.run(launch_fns.node1_is_cut_off)
 
 
 def test_after_failure(world):

@@ -1,11 +1,16 @@
 """Simulated nodes for the launch tests (tests/test_launch_*.py): fixtures/launch/ without a cluster.
 
 Nodes are simulated: two torchrun invocations on this host (--nnodes 2
---node-rank 0/1, rendezvous on 127.0.0.1 at a port found by binding port 0),
+--node-rank 0/1, rendezvous on node 0's address at a port found by binding port 0),
 each node's host name set by DISTCONFORM_HOSTNAME; srun and Open MPI tasks by
-their variables. Failures are injected by tests/harness_cases/launch_cases.py
-(LAUNCH_CASE=...). Every run proves that no process of it is left (they all
-carry MARK_ENV).
+their variables. Where a node runs is the run's ``--hosts``: ``none``, every node
+on this host's loopback (127.0.0.1); ``netns``, each node on a simulated host of
+its own (fixtures/hosts: a network namespace with its own address on a bridge,
+made for the run and removed with it), its processes started inside it and
+picking its interface the way users do (``GLOO_SOCKET_IFNAME``...), so every
+byte between nodes crosses the bridge. Failures are injected by
+tests/harness_cases/launch_cases.py (LAUNCH_CASE=...). Every run proves that no
+process of it is left (they all carry MARK_ENV).
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
 
+from fixtures.hosts import SimulatedHosts
 from fixtures.spawner import processes_with_env
 from tests.harness_cases.procs import REPO_ROOT, command_line
 
@@ -41,9 +50,6 @@ def ipv6_loopback() -> str:
 NO_IPV6 = ipv6_loopback()
 
 
-NO_IPV6 = ipv6_loopback()
-
-
 def connection_closed(conn) -> bool:
     try:
         conn.recv_bytes()
@@ -53,6 +59,70 @@ def connection_closed(conn) -> bool:
 
 
 # ------------------------------------------------------------- simulated nodes
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class SimulatedNode:
+    """Where one simulated node runs: its address (what the other nodes dial), what goes before a command to
+    start it there, and the variables that make its ranks use that address."""
+
+    index: int
+    address: str = LOOPBACK
+    exec_prefix: tuple[str, ...] = ()
+    socket_env: Mapping[str, str] = field(default_factory=dict)
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return [*self.exec_prefix, *argv]
+
+
+class SimulatedNodes:
+    """``with SimulatedNodes(2, hosts) as nodes:`` the nodes of one launched run. ``hosts="none"``: all on this
+    host's loopback; ``"netns"``: each on a simulated host of its own, owned by this process (its reaper removes
+    them if it is killed) and removed on exit, after the run's processes are gone."""
+
+    def __init__(self, count: int, hosts: str = "none") -> None:
+        if hosts not in ("none", "netns"):
+            raise ValueError(f"hosts must be none or netns, not {hosts!r}")
+        self.count, self.mode = count, hosts
+        self.hosts: SimulatedHosts | None = None
+        self.nodes = [SimulatedNode(i) for i in range(count)]
+
+    def __enter__(self) -> SimulatedNodes:
+        if self.mode == "netns":
+            self.hosts = SimulatedHosts(self.count).__enter__()
+            self.nodes = [SimulatedNode(host.index, host.address, tuple(host.exec_prefix()), host.socket_env())
+                          for host in self.hosts.hosts]
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.hosts is not None:
+            self.hosts.close()
+            self.hosts = None
+
+    def __getitem__(self, index: int) -> SimulatedNode:
+        return self.nodes[index]
+
+    @property
+    def master_addr(self) -> str:
+        """Node 0's address: the launcher's rendezvous and the controller (global rank 0) live there."""
+        return self.nodes[0].address
+
+    @property
+    def hosted(self) -> bool:
+        return self.mode == "netns"
+
+    def env(self, index: int) -> dict[str, str]:
+        return dict(self.nodes[index].socket_env)
+
+    def expect_addresses(self, node_of_rank: Sequence[int]) -> dict[str, str]:
+        """For tests/harness_cases/launch_cases.py's test_placement: on simulated hosts every rank's TCP
+        connections must run from its node's address to the nodes' addresses (nothing on loopback)."""
+        if not self.hosted:
+            return {}
+        return {"EXPECT_ADDRESSES": ",".join(self.nodes[node].address for node in node_of_rank)}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -65,8 +135,9 @@ def marked_processes(mark: str) -> list[str]:
 
 
 def run_nodes(commands: list[tuple[list[str], dict]], tmp_path, timeout: float = 400.0,
-               during=None) -> list[tuple[int, str]]:
-    """Start every command (one per simulated node or task), wait for all; prove none leaves a process."""
+              during=None, nodes: SimulatedNodes | None = None) -> list[tuple[int, str]]:
+    """Start every command (one per simulated node or task), wait for all; prove none leaves a process.
+    ``during(procs, mark, nodes)`` runs while they do (e.g. stop or cut off a node in the middle of the run)."""
     mark = secrets.token_hex(8)
     procs = []
     base = {k: v for k, v in os.environ.items()
@@ -78,7 +149,7 @@ def run_nodes(commands: list[tuple[list[str], dict]], tmp_path, timeout: float =
             procs.append((subprocess.Popen(argv, cwd=REPO_ROOT, env={**base, **env, MARK_ENV: mark}, stdout=out,
                                            stderr=subprocess.STDOUT, start_new_session=True), out))
         if during is not None:
-            during([proc for proc, _ in procs], mark)  # e.g. stop a node in the middle of the run
+            during([proc for proc, _ in procs], mark, nodes)
         end = time.monotonic() + timeout
         for proc, _ in procs:
             proc.wait(timeout=max(1.0, end - time.monotonic()))
@@ -102,17 +173,39 @@ def run_nodes(commands: list[tuple[list[str], dict]], tmp_path, timeout: float =
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
 
 
-def two_torchrun_nodes(args: list[str], tmp_path, env=None, torchrun_args=(), during=None,
-                        ) -> tuple[list[tuple[int, str]], dict]:
+TWO_NODES_OF_TWO = (0, 0, 1, 1)  # the node of each global rank under two_torchrun_nodes
+
+
+def two_torchrun_nodes(args: list[str], tmp_path, env=None, torchrun_args=(), during=None, hosts: str = "none",
+                       rendezvous: str = "static") -> tuple[list[tuple[int, str]], dict]:
+    """Two torchruns (--nnodes 2 --nproc-per-node 2), one per simulated node (on ``hosts``), the report's cases.
+
+    ``rendezvous="static"``: --master-addr node 0's address (node 0's agent hosts the store). ``"c10d"``: the
+    dynamic rendezvous at node 0's address, each agent naming its own node's address (--local-addr: what the
+    workers get as MASTER_ADDR when the rank-0 agent is its, and what orders the nodes' ranks: node 0's
+    first); on simulated hosts only node 0 hosts the rendezvous store (is_host): torch takes any address in
+    127.0.0.0/8 for this machine's own, so node 1 would also start a store server in its namespace (unused:
+    its client dials node 0's address, so the rendezvous works either way, measured). ``{node0}`` in ``args`` stands for node 0's address."""
     port = free_port()
     report = tmp_path / "report"
-    commands = []
-    for node in (0, 1):
-        argv = [*TORCHRUN, *torchrun_args, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
-                "--master-addr", "127.0.0.1", "--master-port", str(port),
-                "-m", "fixtures.launch", *args, "-p", "no:cacheprovider", "--report-dir", str(report)]
-        commands.append((argv, {"DISTCONFORM_HOSTNAME": f"node{node}", **(env or {})}))
-    results = run_nodes(commands, tmp_path, during=during)
+    with SimulatedNodes(2, hosts) as nodes:
+        args = [arg.replace("{node0}", nodes.master_addr) for arg in args]
+        commands = []
+        for node in (0, 1):
+            if rendezvous == "static":
+                where = ["--node-rank", str(node), "--master-addr", nodes.master_addr, "--master-port", str(port)]
+            elif rendezvous == "c10d":
+                where = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{nodes.master_addr}:{port}",
+                         "--rdzv-id", f"launch-{port}", "--local-addr", nodes[node].address]
+                if nodes.hosted:
+                    where += ["--rdzv-conf", f"is_host={int(node == 0)}"]
+            else:
+                raise ValueError(f"rendezvous must be static or c10d, not {rendezvous!r}")
+            argv = [*TORCHRUN, *torchrun_args, "--nnodes", "2", "--nproc-per-node", "2", *where,
+                    "-m", "fixtures.launch", *args, "-p", "no:cacheprovider", "--report-dir", str(report)]
+            commands.append((nodes[node].command(argv), {"DISTCONFORM_HOSTNAME": f"node{node}", **nodes.env(node),
+                                                         **nodes.expect_addresses(TWO_NODES_OF_TWO), **(env or {})}))
+        results = run_nodes(commands, tmp_path, during=during, nodes=nodes)
     with open(report / "conformance.json") as fh:
         cases = {c["nodeid"]: c for c in json.load(fh)["cases"]}
     return results, cases
@@ -143,10 +236,17 @@ def single_host_cases(args: list[str], tmp_path) -> dict:
         return {c["nodeid"]: c for c in json.load(fh)["cases"]}
 
 
-def run_tasks(env_of, n: int, tmp_path, args=("tests/harness_cases/launch_cases.py", "-k", "placement")):
+def run_tasks(env_of, n: int, tmp_path, args=("tests/harness_cases/launch_cases.py", "-k", "placement"),
+              nodes: SimulatedNodes | None = None, node_of=None):
+    """n launched tasks, task r started with ``env_of(r)`` on node ``node_of(r)`` of ``nodes`` (this host when
+    none are given); the report's outcomes."""
     report = tmp_path / "report"
-    commands = [([sys.executable, "-m", "fixtures.launch", *args, "-p", "no:cacheprovider", "--report-dir", str(report)],
-                 env_of(rank)) for rank in range(n)]
-    results = run_nodes(commands, tmp_path, timeout=300)
+    argv = [sys.executable, "-m", "fixtures.launch", *args, "-p", "no:cacheprovider", "--report-dir", str(report)]
+    commands = []
+    for rank in range(n):
+        node = None if nodes is None else nodes[node_of(rank)]
+        commands.append((argv if node is None else node.command(argv),
+                         {**({} if node is None else node.socket_env), **env_of(rank)}))
+    results = run_nodes(commands, tmp_path, timeout=300, nodes=nodes)
     with open(report / "conformance.json") as fh:
         return results, {c["nodeid"]: c["outcome"] for c in json.load(fh)["cases"]}

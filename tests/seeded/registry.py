@@ -604,6 +604,25 @@ BUGS: tuple[SeededBug, ...] = (
         torch='>=2.14',
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend: a reconfigure after a timeout rebuilds the group it had, the cut-off rank included.
+    SeededBug(
+        name='reference_shrink_after_timeout_keeps_cut_rank',
+        contract='after a partition the reachable ranks reconfigure without the cut rank; all_reduce and broadcast exact',
+        clauses=('suites/faults/test_partition_recovery.py::test_the_reachable_ranks_reconfigure_without_the_cut_rank',),
+        suite='suites/faults/test_partition_recovery.py',
+        torch='>=2.14',
+        shares_a_run=True,
+    ),
+    # Seeded bug in the reference backend: a group that grows keeps counting its operations from where it was.
+    SeededBug(
+        name='reference_grow_keeps_operation_count',
+        contract='after healing every rank reconfigures to the whole world; all_reduce and broadcast exact',
+        clauses=('suites/faults/test_partition_recovery.py::test_after_healing_the_whole_world_grows_back_by_reconfigure',),
+        suite='suites/faults/test_partition_recovery.py',
+        options=('--world-size', '3'),
+        torch='>=2.14',
+        shares_a_run=True,
+    ),
     # Seeded bug in the reference backend: abort() fails the running collective but drops the queued ones.
     SeededBug(
         name='reference_abort_drops_queued',
@@ -908,6 +927,24 @@ BUGS: tuple[SeededBug, ...] = (
         contract="Graceful shutdown waits for a worker that reaches it 3 RPC timeouts later; every worker's returns",
         clauses=('suites/rpc/test_shutdown.py::test_graceful_shutdown_waits_for_a_late_worker_beyond_the_rpc_timeout',),
         suite='suites/rpc/test_shutdown.py',
+        options=('--rpc-agent', 'reference-tp',),
+        shares_a_run=True,
+    ),
+    # Seeded bug: graceful shutdown ignores the timeout it was given and waits for the other workers without bound.
+    SeededBug(
+        name='rpc_shutdown_ignores_its_timeout',
+        contract="Under a partition, with a call in flight across it, shutdown(graceful=True, timeout=2) ends within 2 s + slack",
+        clauses=('suites/faults/test_rpc_faults.py::test_graceful_shutdown_ends_within_its_timeout',),
+        suite='suites/faults/test_rpc_faults.py',
+        options=('--rpc-agent', 'reference-tp',),
+        shares_a_run=True,
+    ),
+    # Seeded bug: the reference-tp agent connects with a fixed minute instead of the agent's RPC timeout.
+    SeededBug(
+        name='rpc_connect_ignores_its_timeout',
+        contract="With a partition in place before init_rpc, init_rpc and the first call end within the agent's RPC timeout + slack",
+        clauses=('suites/faults/test_rpc_faults.py::test_connecting_ends_within_the_agent_timeout',),
+        suite='suites/faults/test_rpc_faults.py',
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),

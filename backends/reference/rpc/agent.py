@@ -280,6 +280,12 @@ class Agent:
                     raise RuntimeError(f"{self.info}: RPC shutdown timed out after {timeout:g} s with "
                                        f"{len(self._pending)} calls outstanding")
                 time.sleep(IDLE_POLL_S)
+            # every round, not only while busy: idle workers whose ledgers never balance (a message lost to a
+            # silent partition) would otherwise go round in lockstep for ever
+            if deadline is not None and round_ and time.monotonic() > deadline:
+                raise RuntimeError(f"{self.info}: RPC shutdown timed out after {timeout:g} s: the workers' "
+                                   f"message counts never balanced (messages to or from {self._unbalanced(previous)} "
+                                   "still in flight)")
             self.store.set(f"shutdown/{round_}/{self.rank}", self._ledger())
             keys = [f"shutdown/{round_}/{r}" for r in range(self.world_size)]
             if deadline is not None:
@@ -290,6 +296,12 @@ class Agent:
             if ledger.quiet(links) and links == previous:  # and nothing moved since the last round
                 return
             previous = links
+
+    def _unbalanced(self, links) -> str:
+        """The workers of the links whose counts differ (sent against received), in words, for shutdown's error."""
+        ranks = sorted({rank for (src, dst), (sent, received) in (links or {}).items() if sent != received
+                        for rank in (src, dst)})
+        return ", ".join(str(self.workers[r]) for r in ranks if r < len(self.workers)) or "some worker"
 
     def _ledger(self) -> bytes:
         sent = tuple(self._count(s) - self._count(f) for s, f in zip(self._sent_to, self._failed_to))

@@ -14,6 +14,16 @@ anything is allocated or delivered); a malformed frame drops that
 connection with a logged reason and the agent is told the peer is lost (its outstanding calls fail); every other peer keeps
 being served.
 
+Sending never blocks the caller: ``send`` queues the frame's bytes on the
+connection's outbox and a writer thread per connection writes them in order,
+as TensorPipe's pipes write asynchronously. A peer whose link went silent (a
+partition) stops taking bytes once the socket's buffer is full; a caller that
+wrote itself would then sit in ``sendall`` past its call's timeout (measured:
+rpc_sync never returned within 7 s of a 2 s timeout), where now the agent's
+watchdog fails the call in time and the bytes go on once the link heals. A
+write that fails loses the peer (``on_peer_lost``: its calls fail naming it).
+Shutdown gives the writers ``FLUSH_S`` to drain before closing.
+
 Latency: one ``sendall`` per small frame (TCP_NODELAY), a buffered reader
 (a small frame is one ``recv``), and the reader thread delivers in place. The
 agent may run a request inline on the reader thread (``runs_inline``); if a
@@ -25,6 +35,7 @@ flowing (leader/follower).
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import threading
 import time
@@ -40,10 +51,12 @@ SMALL_FRAME = 64 * 1024
 READ_BUFFER = 256 * 1024
 CONNECT_TIMEOUT_S = 60.0
 HANDOVER_S = 0.005
+FLUSH_S = 1.0  # how long shutdown lets the writers drain their outboxes
+_CLOSE = None  # an outbox's last item: the writer exits
 
 
 class _Conn:
-    __slots__ = ("peer", "sock", "stream", "send_lock", "state_lock", "reader", "busy", "closed")
+    __slots__ = ("peer", "sock", "stream", "send_lock", "state_lock", "reader", "busy", "closed", "outbox", "writer")
 
     def __init__(self, peer: int, sock: socket.socket):
         self.peer = peer
@@ -54,6 +67,8 @@ class _Conn:
         self.reader: object | None = None  # token of the thread that reads now
         self.busy: tuple[object, float] | None = None  # (token, since) while the reader delivers
         self.closed = False
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()  # bytes objects, in order; _CLOSE ends the writer
+        self.writer: threading.Thread | None = None
 
 
 class TpTransport(Transport):
@@ -84,9 +99,16 @@ class TpTransport(Transport):
         self.address = self._listener.address
         threading.Thread(target=self._monitor, name=f"rpc-tp-monitor-r{rank}", daemon=True).start()
         hello = hello_bytes(HELLO, {"token": self._token.decode(), "rank": rank})
-        for peer in range(rank):
-            self._adopt(peer, handshake.dial(store, STORE_PREFIX, peer, hello, self.connect_timeout))
+        # one deadline for the whole start: dialling the lower ranks and being dialled by the higher ones
         deadline = time.monotonic() + self.connect_timeout
+        for peer in range(rank):
+            try:
+                sock = handshake.dial(store, STORE_PREFIX, peer, hello, max(0.001, deadline - time.monotonic()))
+            except OSError as exc:
+                self.shutdown()
+                raise TransportError(f"reference-tp rank {rank}: cannot connect to rank {peer} within "
+                                     f"{self.connect_timeout:g} s: {exc}") from None
+            self._adopt(peer, sock)
         with self._changed:
             while len(self._conns) < world_size - 1:
                 remaining = deadline - time.monotonic()
@@ -122,8 +144,24 @@ class TpTransport(Transport):
             conn.reader = token
             self._conns[peer] = conn
             self._changed.notify_all()
+        conn.writer = threading.Thread(target=self._write_loop, args=(conn,), daemon=True,
+                                       name=f"rpc-tp-write-r{self.rank}-to{peer}")
+        conn.writer.start()
         threading.Thread(target=self._read_loop, args=(conn, token), daemon=True,
                          name=f"rpc-tp-read-r{self.rank}-from{peer}").start()
+
+    # ---------------------------------------------------------- writing
+    def _write_loop(self, conn: _Conn) -> None:
+        outbox, sock = conn.outbox, conn.sock
+        while True:
+            data = outbox.get()
+            if data is _CLOSE:
+                return
+            try:
+                sock.sendall(data)
+            except OSError as exc:
+                self._lose(conn, f"send to rank {conn.peer} failed: {exc}")
+                return
 
     # ---------------------------------------------------------- reading
     def _read_loop(self, conn: _Conn, token) -> None:
@@ -154,6 +192,7 @@ class TpTransport(Transport):
             if conn.closed:
                 return
             conn.closed = True
+        conn.outbox.put(_CLOSE)
         try:
             conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -203,24 +242,15 @@ class TpTransport(Transport):
             parts = encode(frame)
         except (TypeError, ValueError) as exc:  # a tensor that cannot travel: nothing was sent
             raise TransportError(f"reference-tp rank {self.rank}: cannot send to rank {dst}: {exc}") from None
-        try:
-            if len(parts) == 2:
-                data = parts[0] + parts[1]
-                with conn.send_lock:
-                    conn.sock.sendall(data)
-                return
-            small = sum(len(p) for p in parts)
-            if small <= SMALL_FRAME:
-                data = b"".join(parts)
-                with conn.send_lock:
-                    conn.sock.sendall(data)
-                return
-            with conn.send_lock:
-                for part in parts:
-                    conn.sock.sendall(part)
-        except OSError as exc:
-            self._lose(conn, f"send to rank {dst} failed: {exc}")
-            raise TransportError(f"reference-tp rank {self.rank}: send to rank {dst} failed: {exc}") from None
+        # a frame's parts go on the outbox together (under the lock), so frames never interleave; small ones as
+        # one write
+        if len(parts) == 2 or sum(len(p) for p in parts) <= SMALL_FRAME:
+            parts = [b"".join(parts)]
+        else:  # a tensor's bytes are copied: the caller may change the tensor once send() returned
+            parts = [part if isinstance(part, bytes) else bytes(part) for part in parts]
+        with conn.send_lock:
+            for part in parts:
+                conn.outbox.put(part)
 
     def _await_peer(self, dst: int):
         """A peer not dialled yet: we are still starting (a started peer already calls us). Wait for it."""
@@ -242,5 +272,11 @@ class TpTransport(Transport):
         with self._changed:
             conns = list(self._conns.values())
             self._changed.notify_all()
+        flush_end = time.monotonic() + FLUSH_S
+        for conn in conns:  # what was sent before shutdown leaves first, within FLUSH_S in all
+            conn.outbox.put(_CLOSE)
+        for conn in conns:
+            if conn.writer is not None and conn.writer is not threading.current_thread():
+                conn.writer.join(max(0.0, flush_end - time.monotonic()))
         for conn in conns:
             self._lose(conn, "transport shut down")

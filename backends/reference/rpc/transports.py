@@ -16,8 +16,12 @@ from .transport import Transport
 
 
 def over_sockets(options) -> Transport:
-    """reference-tp: a direct socket per peer."""
-    return TpTransport(listen_host=options.listen_host or handshake.listen_host("TP_SOCKET_IFNAME"))
+    """reference-tp: a direct socket per peer, connected within the agent's RPC timeout (none: the transport's
+    default), as TensorPipe's init_rpc bounds its first round of calls by it."""
+    listen_host = options.listen_host or handshake.listen_host("TP_SOCKET_IFNAME")
+    if options.rpc_timeout and options.rpc_timeout > 0:
+        return TpTransport(listen_host=listen_host, connect_timeout=float(options.rpc_timeout))
+    return TpTransport(listen_host=listen_host)
 
 
 def over_process_group(options) -> Transport:

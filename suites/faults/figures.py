@@ -1,0 +1,63 @@
+"""The figures of a fault scenario: per operation, how long each rank took and how its call ended.
+
+Every scenario (a collective's, suites/faults/scenario.py; an RPC agent's, rpc_scenario.py) becomes one figure
+per operation it timed under the fault, recorded on each case that reads it as the user property
+``fault_figure`` (reports/fault_figures.py: summary.md's and report.html's Faults section, conformance.json). A
+rank whose wait was given up counts as raising after it: "did not return".
+"""
+
+from __future__ import annotations
+
+from reports.fault_figures import encode
+
+NOT_RETURNED = "did not return"
+
+
+def _end(rank: int, outcome: dict | None) -> dict | None:
+    if outcome is None:
+        return None
+    if not outcome.get("returned", True) or outcome.get("stuck"):
+        return {"rank": rank, "seconds": outcome["seconds"], "ok": False,
+                "error": f"{NOT_RETURNED} within {outcome['seconds']:.1f} s"}
+    error = f"{outcome.get('type', 'Error')}: {outcome.get('error', '')}" if not outcome["ok"] else ""
+    return {"rank": rank, "seconds": outcome["seconds"], "ok": bool(outcome["ok"]), "error": error}
+
+
+def _figure(fault: str, target: str, world_size: int, operation: str, timeout_s: float, ends: list) -> dict:
+    return encode(fault, target, world_size, operation, timeout_s, [e for e in ends if e is not None])
+
+
+def collective_figures(scenario, backend: str) -> list[dict]:
+    """A collective scenario's operations under the fault (all_reduce, barrier, p2p, store_get, abort, destroy; the
+    first all_reduce before the first connection), per rank that takes part."""
+    size = len(scenario.ranks)
+    if scenario.when == "before_connect":
+        named = {"all_reduce": "first all_reduce (lazy init)"}
+    else:
+        named = {op: op.replace("_", " ") for op in ("all_reduce", "barrier", "p2p", "store_get")}
+        named.update(abort="abort (all_reduce pending)", destroy="destroy_process_group (all_reduce pending)")
+    return [_figure(scenario.fault, backend, size, label, scenario.timeout_s,
+                    [_end(rank, outcome) for rank, outcome in scenario.outcomes(op).items()])
+            for op, label in named.items()]
+
+
+def rpc_figures(scenario, timeout_s: float) -> list[dict]:
+    """An RPC scenario's operations: each call under the fault, graceful shutdown, or the start and first call."""
+    size = len(scenario.ranks)
+    if scenario.kind == "calls":
+        operations = sorted({op for out in scenario.ranks for op in out["under"]})
+        return [_figure(scenario.fault, scenario.agent, size, op, timeout_s,
+                        [_end(rank, out["under"].get(op)) for rank, out in enumerate(scenario.ranks)])
+                for op in operations]
+    if scenario.kind == "shutdown":
+        return [_figure(scenario.fault, scenario.agent, size, "graceful shutdown", timeout_s,
+                        [_end(rank, out) for rank, out in enumerate(scenario.ranks)])]
+    return [_figure(scenario.fault, scenario.agent, size, step.replace("_", " ") if step != "start" else "init_rpc",
+                    timeout_s, [_end(rank, out.get(step)) for rank, out in enumerate(scenario.ranks)])
+            for step in ("start", "first_call")]
+
+
+def record(request, figures: list[dict]) -> None:
+    """Put the figures on the case reading the scenario (the report keeps one per operation)."""
+    for figure in figures:
+        request.node.user_properties.append(("fault_figure", figure))

@@ -1,0 +1,126 @@
+"""The controller side of the RPC fault clauses: an agent's calls, graceful shutdown or first connection under a
+fault of the table.
+
+As suites/faults/scenario.py does for a collective: the ranks' side (suites/faults/rpc_rank_side.py) runs with
+``World.run`` while a thread of the controller waits for every rank's ``ready``, injects the fault on the last
+rank's host, writes ``go``, waits for the ranks that can answer to write ``faulted``, heals and writes ``healed``.
+Healing happens whatever goes wrong. Three kinds of scenario:
+
+- ``calls``: the agent is connected, then rpc_sync, rpc_async, remote and to_here run under the fault and again
+  after healing;
+- ``shutdown``: the agent is connected, then every rank calls ``shutdown(graceful=True, timeout=TIMEOUT_S)``
+  under the fault;
+- ``connect``: the fault is in place before the agent starts; its start and its first call across the cut.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fixtures.world import World
+from suites.faults import rpc_rank_side
+from suites.faults.table import Fault, Target
+
+TIMEOUT_S = 2.0  # the agent's RPC timeout, and graceful shutdown's, under a fault
+SLACK_S = 3.0  # what a bounded wait may take beyond its timeout on a loaded 2-core machine (scheduling, TCP)
+GIVE_UP_S = TIMEOUT_S + SLACK_S + 2.0  # a rank stops waiting for a call after this (the clause then fails)
+CONTROL_WAIT_S = 30.0  # at most, for the ranks' files
+# 32 KiB of float32 per call: at 3 ranks the cut host's link carries 12 such calls at once each way (every
+# operation of its two callers and its own), 384 KiB, about 0.4 s at the slow link's 8 Mbit/s
+NUMEL = 8 * 1024
+KINDS = ("calls", "shutdown", "connect")
+
+
+@dataclass(frozen=True)
+class RpcScenario:
+    """What every rank saw in one scenario: ``ranks[r]`` is rpc_rank_side's result of rank r."""
+
+    agent: str
+    fault: str
+    kind: str
+    cut_rank: int
+    ranks: tuple[dict, ...]
+    missing: tuple[str, ...]  # what the controller did not see within its bound, in words
+
+    @property
+    def clean(self) -> bool:
+        """Every wait of every rank returned: its processes hold no call, shutdown or start still running."""
+        return not self.missing and all(outcome.get("returned", True) for rank in self.ranks
+                                        for outcome in _outcomes(rank))
+
+
+def _outcomes(rank: dict) -> list[dict]:
+    found = []
+    for value in rank.values():
+        if isinstance(value, dict) and "seconds" in value:
+            found.append(value)
+        elif isinstance(value, dict):
+            found.extend(_outcomes(value))
+    return found
+
+
+def _wait_files(directory: str, names: list[str], stop: threading.Event) -> list[str]:
+    """The names still missing after CONTROL_WAIT_S (or once ``stop`` is set)."""
+    end = time.monotonic() + CONTROL_WAIT_S
+    while time.monotonic() < end and not stop.is_set():
+        missing = [n for n in names if not os.path.exists(os.path.join(directory, n))]
+        if not missing:
+            return []
+        time.sleep(0.01)
+    return [n for n in names if not os.path.exists(os.path.join(directory, n))]
+
+
+def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline: float = 90.0) -> RpcScenario:
+    if kind not in KINDS:
+        raise ValueError(f"scenario kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    hosts = world.hosts
+    assert hosts is not None and world.store is not None, "a fault needs a world on simulated hosts"
+    cut = world.world_size - 1
+    target = Target(hosts, cut, world.pid_of(cut), int(world.store.port))
+    directory = tempfile.mkdtemp(prefix=f"distconform-rpc-fault-{agent}-{kind}-{fault.name}-")
+    stop = threading.Event()
+    missing: list[str] = []
+
+    def control() -> None:
+        injected = False
+        try:
+            absent = _wait_files(directory, [f"ready{r}" for r in range(world.world_size)], stop)
+            if absent:
+                missing.append(f"not ready: {absent}")
+                return
+            fault.inject(target)
+            injected = True
+            open(os.path.join(directory, "go"), "w").close()
+            answering = [r for r in range(world.world_size) if not (fault.name == "frozen" and r == cut)]
+            absent = _wait_files(directory, [f"faulted{r}" for r in answering], stop)
+            if absent:
+                missing.append(f"still under the fault after {CONTROL_WAIT_S:.0f} s: {absent}")
+        finally:
+            if injected:
+                fault.heal(target)
+            hosts.heal()
+            open(os.path.join(directory, "healed"), "w").close()
+
+    call: Callable[..., dict]
+    args: tuple
+    if kind == "calls":
+        call, args = rpc_rank_side.calls_under_fault, (agent, directory, TIMEOUT_S, NUMEL, cut, GIVE_UP_S)
+    elif kind == "shutdown":
+        call, args = rpc_rank_side.shutdown_under_fault, (agent, directory, TIMEOUT_S, TIMEOUT_S, cut, GIVE_UP_S)
+    else:
+        call, args = rpc_rank_side.connect_under_fault, (agent, directory, TIMEOUT_S, NUMEL, cut, GIVE_UP_S)
+    thread = threading.Thread(target=control, name=f"rpc-fault-{fault.name}", daemon=True)
+    thread.start()
+    try:
+        results = world.run(call, *args, deadline=deadline)
+    finally:
+        stop.set()
+        thread.join()
+        shutil.rmtree(directory, ignore_errors=True)
+    return RpcScenario(agent, fault.name, kind, cut, tuple(results), tuple(missing))
