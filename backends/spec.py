@@ -171,6 +171,9 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
                          "two the same)", ("partition", "refused", "one_way", "flap", "slow", "lossy",
                                            "cut_after_bytes", "frozen", "control_plane", "data_plane"),
                          parameter=True),
+    "operation": Requirement("an operation under a network fault, of suites/faults/operations.py's table "
+                             "(tests/test_fault_table.py keeps the two the same)",
+                             ("all_reduce", "barrier", "p2p", "store_get"), parameter=True),
     # DDP implementations (suites/ddp/impls.py)
     "impl": Requirement("DDP implementation", ("torch", "reference"), parameter=True),
 }
@@ -456,6 +459,17 @@ TORCH_RELEASE_GAPS: tuple["Gap", ...] = tuple(
 # A backend written as a Python ProcessGroup (torch's only way before 2.14) in a mixed string: torch uses the object
 # itself as the group (distributed_c10d._new_process_group_helper: "This defaults to the old behavior for
 # PythonProcessGroups which overwrites the ProcessGroup instance"), so the string's other devices are dropped.
+# torch's TCPStore under a network fault (suites/faults/test_network_faults.py, store_get): the store is torch's,
+# whatever the backend, so every backend that opens a TCPStore shares it
+TCPSTORE_GET_UNBOUNDED = Gap(
+    {"clause": ("test_the_operation_ends_within_its_timeout", "test_every_rank_gets_a_runtime_error",
+                "test_the_error_names_the_operation_or_the_peer"),
+     "operation": "store_get", "fault": ("partition", "one_way", "flap", "control_plane")},
+    "torch's TCPStore client does not bound a get whose request or reply is dropped silently: on a client made "
+    "with timeout=2 s, get() of a key that exists was still running after 7 s while the host's store traffic was "
+    "dropped (partition, one_way, flap, control_plane; torch 2.13, with gloo and the reference alike). Healed after "
+    "10 s, it ended at 13.69 s with 'DistStoreError: wait timeout after 2000ms, keys: /distconform-fault/1'")
+
 PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE = Gap(
     {"feature": "mixed_string"},
     "a Python ProcessGroup becomes the whole group of a mixed string: 'cpu:<it>,cuda:gloo' gives the group itself "

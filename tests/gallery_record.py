@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # What ``options`` may hold: options of the whole pytest run. Bugs share a run only when theirs are equal.
-RUN_OPTIONS = ("--rpc-agent", "--world-size", "--debug-level")
+RUN_OPTIONS = ("--rpc-agent", "--world-size", "--debug-level", "--faults")
 # What ``needs`` may hold: a capability the machine must have, else the gallery skips the bug saying so.
 NEEDS = ("cuda",)
 

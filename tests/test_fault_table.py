@@ -7,6 +7,7 @@ import pytest
 from backends.spec import REQUIREMENT_KEYS
 from fixtures.hosts import Traffic
 from suites.faults import measure, measure_rank
+from suites.faults import operations
 from suites.faults.table import FAULTS, PLANES, TABLE, Fault, Target, named
 
 
@@ -17,6 +18,30 @@ def test_one_record_per_fault_with_a_known_plane():
                           "control_plane", "data_plane"}
     assert {f.name for f in FAULTS if not f.breaks} == {"slow", "lossy"}  # the negative controls
     assert tuple(TABLE) == REQUIREMENT_KEYS["fault"].values  # gaps name faults by the table's names
+
+
+def test_one_record_per_operation_named_as_gaps_name_them():
+    assert tuple(operations.BY_NAME) == REQUIREMENT_KEYS["operation"].values
+    assert [op.name for op in operations.named("p2p,barrier")] == ["p2p", "barrier"]
+    with pytest.raises(ValueError, match="unknown operation.*gossip; known: all_reduce"):
+        operations.named(["gossip"])
+
+
+def test_what_a_fault_reaches_follows_from_the_tables():
+    at = {(f.name, op.name): operations.reached(f, op, 3) for f in FAULTS for op in operations.OPERATIONS}
+    assert at["partition", "all_reduce"] == [0, 1, 2] and at["partition", "p2p"] == [0]  # the receiver waits
+    assert at["partition", "store_get"] == [2] and at["refused", "store_get"] == []  # refused: the data plane only
+    assert at["control_plane", "barrier"] == [] and at["cut_after_bytes", "barrier"] == []  # a few bytes only
+    assert at["one_way", "barrier"] == [0, 1] and at["one_way", "p2p"] == [0]  # the cut-off rank still hears
+    assert at["frozen", "store_get"] == [] and not any(at["slow", op] or at["lossy", op] for op in operations.BY_NAME)
+    assert operations.unreached(TABLE["partition"], operations.BY_NAME["store_get"], 3) == [0, 1]
+    assert operations.unreached(TABLE["partition"], operations.BY_NAME["p2p"], 3) == []  # the sender may end either way
+
+
+def test_a_fault_states_how_a_wait_ends():
+    assert {f.name for f in FAULTS if f.ends_by == "reset"} == {"refused", "cut_after_bytes"}
+    with pytest.raises(ValueError, match="a breaking fault ends waits by one of timeout, reset"):
+        Fault(name="x", doc="", inject=lambda t: None, heal=lambda t: None, ends_by="")
 
 
 def test_named_faults_and_unknown_names():
@@ -74,3 +99,12 @@ def test_figures_give_the_ratio_to_the_timeout():
     assert rows[0]["error"] == "Timed out waiting 4000ms" and rows[1]["ok"] and rows[1]["error"] == ""
     assert rows[2]["phase"] == "not done" and not rows[2]["ok"]
     assert all(set(row) == set(measure.CSV_COLUMNS) for row in rows)
+
+
+def test_the_faults_option_names_default_all_or_the_tables_faults():
+    from suites.faults.conftest import DEFAULT_FAULTS, selected_faults
+
+    assert selected_faults("default") == DEFAULT_FAULTS == ("partition", "refused", "slow")
+    assert selected_faults("all") == tuple(TABLE) and selected_faults("frozen,lossy") == ("frozen", "lossy")
+    with pytest.raises(pytest.UsageError, match="--faults: unknown fault.*sideways"):
+        selected_faults("partition,sideways")

@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
                            PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE,
-                           SPLIT_NEEDS_ACCELERATOR, AfterTimeout, Availability, BackendSpec, ErrorsAfterFaults, Gap,
+                           SPLIT_NEEDS_ACCELERATOR, TCPSTORE_GET_UNBOUNDED, AfterTimeout, Availability, BackendSpec,
+                           ErrorsAfterFaults, Gap,
                            ResourceBudget)
 
 from .process_group import ReferenceProcessGroup
@@ -83,6 +84,7 @@ DISTCONFORM_SPEC = BackendSpec(
             torch=">=2.11,<2.15"),
         LOCAL_SYNC_DESYNCS_GROUP_NAMES,
         PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE,
+        TCPSTORE_GET_UNBOUNDED,  # the store is torch's (suites/faults, store_get)
         Gap({"feature": "premul_sum"},
             "torch 2.11's ReduceOp binding does not expose a PREMUL_SUM op's factor to Python (no ReduceOp.factor; "
             "torch 2.13 has it, 2.12 not checked): a Python process group cannot know what to multiply by",

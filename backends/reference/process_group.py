@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from . import fault_tolerance, semantics, wire
 from .flight_recorder import Entry, recorder
-from .transport import Mesh, PeerError, RecvTimeout
+from .transport import Mesh, PeerError, RecvTimeout, SendTimeout
 
 SMALL_ALL_REDUCE_BYTES = 64 * 1024  # below: one round (all-gather, reduce locally); above: two
 
@@ -404,13 +404,17 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 meta = {"seq": seq, "step": step, "fp": fingerprint if step == 0 else None}
                 if tensor is not None:
                     meta.update(wire.tensor_meta(tensor))
-                    self.mesh.send(peer, wire.COLL, 0, meta, wire.tensor_bytes(tensor))
+                    self.mesh.send(peer, wire.COLL, 0, meta, wire.tensor_bytes(tensor), deadline=deadline)
                 else:
-                    self.mesh.send(peer, wire.COLL, 0, meta)
+                    self.mesh.send(peer, wire.COLL, 0, meta, deadline=deadline)
             frames = self.mesh.mailbox.take(keys, deadline, lambda missing: self.mesh.failure_for(
                 [key[3] for key in missing]))
-        except RecvTimeout as timeout:
-            missing = sorted(key[3] for key in timeout.args[0])
+        except (RecvTimeout, SendTimeout) as timeout:
+            # a send to a peer that reads nothing times out as a receive from it does: the same timeout
+            if isinstance(timeout, SendTimeout):
+                missing = [timeout.peer]
+            else:
+                missing = sorted(key[3] for key in timeout.args[0])
             self._faults.revoked("TIMEOUT")  # the abort hooks run before the connections close
             self._close_after_timeout(f"{fingerprint['op']} (collective #{seq}) timed out on rank {me}")
             raise RuntimeError(
@@ -811,7 +815,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                                         self.timeout.total_seconds(), p2p=True)
         recorder().started(work.fr_entry)
         try:
-            self.mesh.send(dst, wire.P2P, tag, wire.tensor_meta(tensor), wire.tensor_bytes(tensor))
+            self.mesh.send(dst, wire.P2P, tag, wire.tensor_meta(tensor), wire.tensor_bytes(tensor),
+                           deadline=time.monotonic() + self.timeout.total_seconds())
             work.complete([tensor])
         except Exception as exc:  # reported by wait(), like any backend's async error
             work.fail(RuntimeError(f"reference: send to rank {dst} (tag {tag}) failed: {exc}"))

@@ -17,6 +17,7 @@ that peer fails with the error instead of hanging.
 from __future__ import annotations
 
 import collections
+import select
 import socket
 import threading
 import time
@@ -34,6 +35,33 @@ class PeerError(RuntimeError):
 
 class RecvTimeout(RuntimeError):
     pass
+
+
+class SendTimeout(RuntimeError):
+    """A send did not fit into the connection before its deadline (the peer reads nothing: a silent partition, a
+    frozen peer); ``peer`` is the rank it was for. The frame is cut short, so the connection is closed."""
+
+    def __init__(self, message: str, peer: int):
+        super().__init__(message)
+        self.peer = peer
+
+
+def _send_all(sock: socket.socket, data: memoryview | bytes, deadline: float | None) -> None:
+    """sendall, bounded by ``deadline`` (time.monotonic()) when one is given: a blocking sendall waits for the
+    peer's window without end when the peer reads nothing (measured under a silent partition: gloo's send
+    times out at the group's timeout, this one never returned)."""
+    if deadline is None:
+        sock.sendall(data)
+        return
+    view = memoryview(data).cast("B")
+    while view:
+        try:
+            view = view[sock.send(view, socket.MSG_DONTWAIT):]
+        except BlockingIOError:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{len(view)} bytes still unsent at the deadline") from None
+            select.select([], [sock], [], remaining)
 
 
 class PostedRecv:
@@ -213,7 +241,9 @@ class Mesh:
         return None
 
     # ------------------------------------------------------------- sending
-    def send(self, peer: int, kind: int, tag: int, meta: dict, data: memoryview | bytes = b"") -> None:
+    def send(self, peer: int, kind: int, tag: int, meta: dict, data: memoryview | bytes = b"",
+             deadline: float | None = None) -> None:
+        """Send one frame to ``peer``; by ``deadline`` (time.monotonic()) or SendTimeout, when one is given."""
         encoded = wire.encode_meta(meta)
         if peer == self.rank:  # to self: straight into the mailbox, copied like a real send
             frame = (wire.decode_meta(encoded), bytearray(data))
@@ -230,10 +260,17 @@ class Mesh:
         with self._send_locks[peer]:
             try:
                 if len(data) <= SMALL_FRAME_BYTES:  # one system call for latency-bound messages
-                    sock.sendall(head + bytes(data))
+                    _send_all(sock, head + bytes(data), deadline)
                 else:
-                    sock.sendall(head)
-                    sock.sendall(data)
+                    _send_all(sock, head, deadline)
+                    _send_all(sock, data, deadline)
+            except TimeoutError as exc:
+                self.broken.setdefault(peer, f"send to rank {peer} timed out: {exc}")
+                try:  # a frame cut short: nothing later on this connection could be read right
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                raise SendTimeout(f"reference rank {self.rank}: {self.broken[peer]}", peer) from None
             except OSError as exc:
                 self.broken.setdefault(peer, f"send to rank {peer} failed: {exc}")
                 raise PeerError(f"reference rank {self.rank}: {self.broken[peer]}") from None

@@ -16,7 +16,7 @@ NOT_RETURNED = "did not return"
 def _end(rank: int, outcome: dict | None) -> dict | None:
     if outcome is None:
         return None
-    if not outcome.get("returned", True):
+    if not outcome.get("returned", True) or outcome.get("stuck"):
         return {"rank": rank, "seconds": outcome["seconds"], "ok": False,
                 "error": f"{NOT_RETURNED} within {outcome['seconds']:.1f} s"}
     error = f"{outcome.get('type', 'Error')}: {outcome.get('error', '')}" if not outcome["ok"] else ""
@@ -27,10 +27,18 @@ def _figure(fault: str, target: str, world_size: int, operation: str, timeout_s:
     return encode(fault, target, world_size, operation, timeout_s, [e for e in ends if e is not None])
 
 
-def collective_figures(scenario, backend: str, timeout_s: float) -> list[dict]:
-    """A collective scenario's operation under the fault (all_reduce), per rank."""
-    ends = [_end(rank, out["under"]) for rank, out in enumerate(scenario.ranks)]
-    return [_figure(scenario.fault, backend, len(scenario.ranks), "all_reduce", timeout_s, ends)]
+def collective_figures(scenario, backend: str) -> list[dict]:
+    """A collective scenario's operations under the fault (all_reduce, barrier, p2p, store_get, abort, destroy; the
+    first all_reduce before the first connection), per rank that takes part."""
+    size = len(scenario.ranks)
+    if scenario.when == "before_connect":
+        named = {"all_reduce": "first all_reduce (lazy init)"}
+    else:
+        named = {op: op.replace("_", " ") for op in ("all_reduce", "barrier", "p2p", "store_get")}
+        named.update(abort="abort (all_reduce pending)", destroy="destroy_process_group (all_reduce pending)")
+    return [_figure(scenario.fault, backend, size, label, scenario.timeout_s,
+                    [_end(rank, outcome) for rank, outcome in scenario.outcomes(op).items()])
+            for op, label in named.items()]
 
 
 def rpc_figures(scenario, timeout_s: float) -> list[dict]:

@@ -1,14 +1,23 @@
-"""The rank side of the fault clauses: one collective before, under and after a fault, steered by files.
+"""The rank side of the fault clauses: every operation before, under and after a fault, steered by files.
 
 The controller (suites/faults/scenario.py) and the ranks meet in a folder, not over the network the fault
-cuts: each rank writes ``ready<r>`` once its group's connections exist, waits for ``go`` (the fault is in
-place), times its collective under the fault, writes ``faulted<r>``, waits for ``healed``, then calls once
-more on the same group and once on a new one. Every wait on a file is bounded.
+cuts: each rank writes ``ready<r>`` once its groups' connections exist, waits for ``go`` (the fault is in
+place), runs the operations of suites/faults/operations.py under the fault at once (each on a group of its own,
+from a thread of its own, timed), then, one after the other, aborts a group and destroys another while a
+collective waits on each, and shrinks a third over the reachable ranks; it writes ``faulted<r>``, waits for
+``healed``, then calls all_reduce once more on the group that met the fault and once on a new one.
+
+Every wait is bounded: a call still running after ``bound_s`` is recorded as such ("stuck") and left behind
+on its thread; the controller then replaces the world (a thread stuck in a backend is beyond repair).
+``first_collective`` is the other scenario: the fault comes before the group's first connection (gloo under
+``TORCH_GLOO_LAZY_INIT=1``), one all_reduce under it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 import time
 from datetime import timedelta
 from typing import Any, Callable
@@ -17,8 +26,12 @@ import torch
 import torch.distributed as dist
 
 from fixtures.rank import ctx
+from suites.faults.operations import PEER
 
 FILE_WAIT_S = 60.0
+PENDING_S = 0.3  # how long a collective waits under the fault before its group is aborted or destroyed
+STORE_KEY = "distconform-fault/{rank}"
+NOT_INVOLVED = "not involved"  # the value of a call a rank takes no part in (p2p, shrink)
 
 
 def _mark(directory: str, name: str) -> None:
@@ -34,7 +47,7 @@ def _wait(directory: str, name: str) -> None:
 
 
 def _timed(call: Callable[[], Any]) -> dict:
-    """How a call ended: seconds, and its value or the error's type (and base types) and text."""
+    """How a call ended: seconds, and its value or the error's type and text."""
     start = time.perf_counter()
     try:
         value = call()
@@ -44,6 +57,29 @@ def _timed(call: Callable[[], Any]) -> dict:
     return {"ok": True, "seconds": time.perf_counter() - start, "value": value}
 
 
+class Timed:
+    """A call on a thread of its own, timed; ``result(bound_s)`` says how it ended, or that it still runs."""
+
+    def __init__(self, call: Callable[[], Any], name: str) -> None:
+        self.outcome: dict | None = None
+        self.started = time.monotonic()
+        self.thread = threading.Thread(target=lambda: setattr(self, "outcome", _timed(call)),
+                                       name=f"fault-{name}", daemon=True)
+        self.thread.start()
+
+    def result(self, bound_s: float) -> dict:
+        self.thread.join(max(0.0, self.started + bound_s - time.monotonic()))
+        if self.outcome is not None:
+            return self.outcome
+        return {"ok": False, "stuck": True, "seconds": time.monotonic() - self.started, "type": "still running",
+                "runtime_error": False, "error": f"still running after {bound_s:g} s (left on its thread)"}
+
+
+def _bounded(call: Callable[[], Any], name: str, bound_s: float) -> dict:
+    return Timed(call, name).result(bound_s)
+
+
+# ---------------------------------------------------------------- the operations (suites/faults/operations.py)
 def _all_reduce(group, numel: int) -> float:
     """all_reduce of ones: every element is the group's size when it worked (the first element is returned)."""
     tensor = torch.ones(numel)
@@ -51,24 +87,120 @@ def _all_reduce(group, numel: int) -> float:
     return float(tensor[0])
 
 
-def under_fault(directory: str, timeout_s: float, numel: int) -> dict:
-    group = dist.new_group(timeout=timedelta(seconds=timeout_s))
-    fresh = None
+def _barrier(group, numel: int) -> bool:
+    dist.barrier(group=group)
+    return True
+
+
+def _p2p(group, numel: int) -> float | str:
+    """The cut-off rank sends its rank + 1 to rank 0 (the first element received is returned)."""
+    cut = ctx.world_size - 1
+    if ctx.rank == cut:
+        dist.send(torch.full((numel,), float(cut + 1)), dst=PEER, group=group)
+        return float(cut + 1)
+    if ctx.rank == PEER:
+        tensor = torch.zeros(numel)
+        dist.recv(tensor, src=cut, group=group)
+        return float(tensor[0])
+    return NOT_INVOLVED
+
+
+def _store_get(store, numel: int) -> str:
+    return store.get(STORE_KEY.format(rank=ctx.rank)).decode()
+
+
+def _store(timeout_s: float):
+    """A store client of its own (a timed-out request must not leave the world's client reading a stale reply)."""
+    assert ctx.config is not None, "a rank of a world"
+    host, port = ctx.config.store
+    store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
+    store.set(STORE_KEY.format(rank=ctx.rank), f"rank {ctx.rank}")
+    return store
+
+
+OPERATIONS: dict[str, Callable[[Any, int], Any]] = {
+    "all_reduce": _all_reduce, "barrier": _barrier, "p2p": _p2p, "store_get": _store_get}
+GROUPS = ("all_reduce", "barrier", "p2p", "abort", "destroy", "shrink")  # a group of its own each
+
+
+# ---------------------------------------------------------------- ending a group under the fault
+def _pending_then(group, numel: int, end: Callable[[], None], bound_s: float) -> dict:
+    """Start an all_reduce that waits under the fault, then time ``end()`` (abort or destroy) on its thread.
+
+    The all_reduce is issued from a thread of its own: a Python ProcessGroup may wait inside the call itself."""
+    Timed(lambda: dist.all_reduce(torch.ones(numel), group=group, async_op=True), "pending")
+    time.sleep(PENDING_S)
+    return _bounded(end, "end", bound_s)
+
+
+def _shrink(group, numel: int) -> float | str:
+    """The reachable ranks shrink the group to themselves and all_reduce on it (the cut-off rank is not involved)."""
+    cut = ctx.world_size - 1
+    if ctx.rank == cut:
+        return NOT_INVOLVED
+    shrunk = dist.shrink_group([cut], group=group)
     try:
-        _all_reduce(group, numel)  # the group's connections exist: the fault comes in the middle of a job
-        _mark(directory, f"ready{ctx.rank}")
-        _wait(directory, "go")
-        under = _timed(lambda: _all_reduce(group, numel))
-        _mark(directory, f"faulted{ctx.rank}")
-        _wait(directory, "healed")
-        after = _timed(lambda: _all_reduce(group, numel))
-        fresh = dist.new_group(timeout=timedelta(seconds=timeout_s))
-        renewed = _timed(lambda: _all_reduce(fresh, numel))
+        return _all_reduce(shrunk, numel)
     finally:
-        for made in (group, fresh):
-            if made is not None:
-                try:
-                    dist.destroy_process_group(made)
-                except Exception:  # a dead group may refuse; the world's default group is untouched
-                    pass
-    return {"under": under, "after": after, "renewed": renewed}
+        dist.destroy_process_group(shrunk)
+
+
+def _destroy(groups) -> None:
+    for group in groups:
+        try:
+            dist.destroy_process_group(group)
+        except Exception:  # a dead group may refuse; the world's default group is untouched
+            pass
+
+
+def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) -> dict:
+    """Every operation under the fault, the group endings, then all_reduce after healing: outcomes by name."""
+    timeout = timedelta(seconds=timeout_s)
+    groups = {name: dist.new_group(timeout=timeout) for name in GROUPS}
+    store = _store(timeout_s)
+    targets = {**groups, "store_get": store}
+    for name, call in OPERATIONS.items():  # every connection exists: the fault comes in the middle of a job
+        call(targets[name], numel)
+    _all_reduce(groups["abort"], numel)
+    _all_reduce(groups["destroy"], numel)
+    _mark(directory, f"ready{ctx.rank}")
+    _wait(directory, "go")
+    waits = {name: Timed(functools.partial(call, targets[name], numel), name) for name, call in OPERATIONS.items()}
+    # one after the other, from this thread's view: c10d's bookkeeping of groups is not made for threads
+    out: dict[str, dict] = {
+        "abort": _pending_then(groups["abort"], numel,
+                               lambda: dist.distributed_c10d._abort_process_group(groups["abort"]), bound_s),
+        "destroy": _pending_then(groups["destroy"], numel,
+                                 lambda: dist.destroy_process_group(groups["destroy"]), bound_s),
+        "shrink": _bounded(lambda: _shrink(groups["shrink"], numel), "shrink", bound_s),
+    }
+    out.update({name: wait.result(bound_s) for name, wait in waits.items()})
+    _mark(directory, f"faulted{ctx.rank}")
+    _wait(directory, "healed")
+    out["after"] = _bounded(lambda: _all_reduce(groups["all_reduce"], numel), "after", bound_s)
+    fresh = dist.new_group(timeout=timeout)
+    out["renewed"] = _bounded(lambda: _all_reduce(fresh, numel), "renewed", bound_s)
+    if not any(result.get("stuck") for result in out.values()):  # a group with a stuck call stays as it is
+        _destroy([groups[name] for name in GROUPS if name not in ("abort", "destroy")] + [fresh])
+    return out
+
+
+def first_collective(directory: str, timeout_s: float, numel: int, bound_s: float) -> dict:
+    """The fault before the group's first connection: a group made lazily where the backend can (gloo under
+    TORCH_GLOO_LAZY_INIT=1, read when a group is made), then its first all_reduce under the fault."""
+    before = os.environ.get("TORCH_GLOO_LAZY_INIT")
+    os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
+    try:
+        group = dist.new_group(timeout=timedelta(seconds=timeout_s))
+    finally:
+        if before is None:
+            del os.environ["TORCH_GLOO_LAZY_INIT"]
+        else:
+            os.environ["TORCH_GLOO_LAZY_INIT"] = before
+    _mark(directory, f"ready{ctx.rank}")
+    _wait(directory, "go")
+    out = {"all_reduce": _bounded(lambda: _all_reduce(group, numel), "first", bound_s)}
+    _mark(directory, f"faulted{ctx.rank}")
+    if not out["all_reduce"].get("stuck"):
+        _destroy([group])
+    return out

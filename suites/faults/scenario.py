@@ -1,9 +1,11 @@
-"""The controller side of a fault clause: inject a fault of the table while the ranks run their collective.
+"""The controller side of a fault clause: inject a fault of the table while the ranks run their operations.
 
 ``run_scenario`` starts the ranks' side (suites/faults/rank_side.py) with ``World.run`` and, on a thread of its
 own, waits for every rank's ``ready``, injects the fault on the cut-off rank's host (the last rank), writes
 ``go``, waits for the ranks that can answer (a frozen rank cannot) to write ``faulted``, heals and writes
-``healed``. Healing happens whatever goes wrong, so no fault outlives its case.
+``healed``. Healing happens whatever goes wrong, so no fault outlives its case. Two kinds (table.WHEN):
+``mid_operation`` (every operation of suites/faults/operations.py on groups whose connections exist) and
+``before_connect`` (the first all_reduce of a group made lazily, the fault before its first connection).
 """
 
 from __future__ import annotations
@@ -17,10 +19,16 @@ from dataclasses import dataclass
 
 from fixtures.world import World
 from suites.faults import rank_side
-from suites.faults.table import Fault, Target
+from suites.faults.table import WHEN, Fault, Target
 
-TIMEOUT_S = 2.0  # the group's timeout under a fault: short, so a case that only waits costs seconds
+TIMEOUT_S = 2.0  # the group's (and the store client's) timeout under a fault: short, so a wait costs seconds
 SLACK_S = 3.0  # what a bounded wait may take beyond its timeout on a loaded 2-core machine (scheduling, TCP)
+BOUND_S = TIMEOUT_S + SLACK_S + 1.0  # a rank gives up on a call after this (recorded "still running")
+# a negative control's timeout: room for a lossy link's retransmissions, which back off (a 256 KiB all_reduce at 3
+# ranks under 10 % loss once ran out of a 2 s timeout: 'Timed out waiting 2000ms for recv operation to complete')
+CONTROL_TIMEOUT_S = 20.0
+# gloo's first collective under lazy init gives up after 5 times its timeout (docs/faults.md): seen, not cut short
+FIRST_BOUND_S = 6 * TIMEOUT_S
 CONTROL_WAIT_S = 30.0  # at most, for the ranks' files
 NUMEL = 64 * 1024  # 256 KiB of float32: a quarter second at the slow link's rate
 
@@ -30,9 +38,23 @@ class Scenario:
     """What every rank saw before, under and after one fault."""
 
     fault: str
+    when: str  # table.WHEN
+    timeout_s: float  # the groups' and the store client's timeout
     cut_rank: int
-    ranks: tuple[dict, ...]  # rank_side.under_fault's result, by rank
+    ranks: tuple[dict, ...]  # rank_side.under_fault's (or first_collective's) result by rank: operation -> outcome
     missing: tuple[str, ...]  # what the controller did not see within its bound, in words
+
+    @property
+    def stuck(self) -> bool:
+        """A rank left a backend's call running on a thread: its world must be replaced (a store get left running
+        holds a client of its own, which nothing else uses)."""
+        return any(outcome.get("stuck") for rank in self.ranks for name, outcome in rank.items()
+                   if name != "store_get")
+
+    def outcomes(self, name: str) -> dict[int, dict]:
+        """Operation ``name``'s outcome by rank, the ranks it does not involve left out."""
+        return {rank: out[name] for rank, out in enumerate(self.ranks)
+                if not (out[name]["ok"] and out[name]["value"] == rank_side.NOT_INVOLVED)}
 
 
 def _wait_files(directory: str, names: list[str], stop: threading.Event) -> list[str]:
@@ -46,7 +68,20 @@ def _wait_files(directory: str, names: list[str], stop: threading.Event) -> list
     return [n for n in names if not os.path.exists(os.path.join(directory, n))]
 
 
-def run_scenario(world: World, fault: Fault, deadline: float = 60.0) -> Scenario:
+def timeout_for(fault: Fault) -> float:
+    """The groups' and the store client's timeout: short under a breaking fault, so a wait costs seconds; with room
+    under a negative control, whose operations must fit it."""
+    return TIMEOUT_S if fault.breaks else CONTROL_TIMEOUT_S
+
+
+def payload(fault: Fault) -> int:
+    """Elements of float32 an operation moves: enough for a cut after N bytes to reach it."""
+    return max(NUMEL, fault.min_payload // 4)
+
+
+def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadline: float = 60.0) -> Scenario:
+    if when not in WHEN:
+        raise ValueError(f"when must be one of {', '.join(WHEN)}, not {when!r}")
     hosts = world.hosts
     assert hosts is not None and world.store is not None, "a fault needs a world on simulated hosts"
     cut = world.world_size - 1
@@ -78,9 +113,16 @@ def run_scenario(world: World, fault: Fault, deadline: float = 60.0) -> Scenario
     thread = threading.Thread(target=control, name=f"fault-{fault.name}", daemon=True)
     thread.start()
     try:
-        results = world.run(rank_side.under_fault, directory, TIMEOUT_S, NUMEL, deadline=deadline)
+        if when == "mid_operation":
+            timeout_s = timeout_for(fault)
+            results = world.run(rank_side.under_fault, directory, timeout_s, payload(fault),
+                                timeout_s + BOUND_S - TIMEOUT_S, deadline=deadline)
+        else:
+            results = world.run(rank_side.first_collective, directory, TIMEOUT_S, payload(fault), FIRST_BOUND_S,
+                                deadline=deadline)
     finally:
         stop.set()
         thread.join()
         shutil.rmtree(directory, ignore_errors=True)
-    return Scenario(fault.name, cut, tuple(results), tuple(missing))
+    return Scenario(fault.name, when, timeout_for(fault) if when == "mid_operation" else TIMEOUT_S, cut,
+                    tuple(results), tuple(missing))

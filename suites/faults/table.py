@@ -20,6 +20,7 @@ from fixtures.hosts import faults as host_faults
 
 PLANES = ("both", "data", "control")  # control: the store's connections; data: the backend's own
 WHEN = ("before_connect", "mid_operation")
+ENDS_BY = ("timeout", "reset")  # frames vanish (only a timeout ends a wait), or the host answers with resets (at once)
 
 SLOW_RATE = "8mbit"  # a slow link: 1 MiB in about a second
 LOSS_PERCENT = 10  # random loss TCP retransmits through
@@ -53,10 +54,17 @@ class Fault:
     plane: str = "both"
     breaks: bool = True  # False: a negative control, an operation within its timeout must still succeed
     min_payload: int = 0  # bytes an operation must move for the fault to bite (cut_after_bytes)
+    ends_by: str = "timeout"  # ENDS_BY: how a wait across a breaking fault ends ("" for a negative control)
+    stops_the_rank: bool = False  # the cut-off rank's process stops (frozen): its own calls to third parties pass
+    # what the others send still reaches the cut-off rank (one direction only; frozen: buffered until it thaws)
+    cut_rank_hears: bool = False
 
     def __post_init__(self) -> None:
         if self.plane not in PLANES:
             raise ValueError(f"fault {self.name}: plane must be one of {', '.join(PLANES)}, not {self.plane!r}")
+        if (self.ends_by in ENDS_BY) != self.breaks or self.ends_by not in (*ENDS_BY, ""):
+            raise ValueError(f"fault {self.name}: a breaking fault ends waits by one of {', '.join(ENDS_BY)}, a "
+                             f"negative control by none (''), not {self.ends_by!r}")
 
 
 def _heal(target: Target) -> None:
@@ -81,20 +89,20 @@ FAULTS: Sequence[Fault] = (
     # the backend's connections only: torch's TCPStore client does not reconnect, so a reset store connection
     # would leave the rank unable to make any group again, healed or not (measured: DistNetworkError)
     Fault(name="refused", doc="the host answers the backend's TCP segments with resets (refused, reset connections)",
-          inject=lambda t: t.hosts.reset(t.index, t.traffic("data")), heal=_heal, plane="data"),
+          inject=lambda t: t.hosts.reset(t.index, t.traffic("data")), heal=_heal, plane="data", ends_by="reset"),
     Fault(name="one_way", doc="half a partition: what the host sends is dropped, what it receives arrives",
-          inject=_drop("both", "from_host"), heal=_heal),
+          inject=_drop("both", "from_host"), heal=_heal, cut_rank_hears=True),
     Fault(name="flap", doc="the host's switch port goes down (carrier lost) until healed",
           inject=lambda t: t.hosts.link_down(t.index), heal=lambda t: t.hosts.link_up(t.index)),
     Fault(name="slow", doc=f"the host's link is rate limited to {SLOW_RATE} both ways",
-          inject=lambda t: t.hosts.rate_limit(t.index, SLOW_RATE), heal=_heal, breaks=False),
+          inject=lambda t: t.hosts.rate_limit(t.index, SLOW_RATE), heal=_heal, breaks=False, ends_by=""),
     Fault(name="lossy", doc=f"{LOSS_PERCENT}% of the host's TCP segments lost at random",
-          inject=_drop("both", loss=LOSS_PERCENT), heal=_heal, breaks=False),
+          inject=_drop("both", loss=LOSS_PERCENT), heal=_heal, breaks=False, ends_by=""),
     Fault(name="cut_after_bytes", doc=f"each backend connection reset once it carried {CUT_AFTER_BYTES} bytes",
           inject=lambda t: t.hosts.cut_after(t.index, t.traffic("data"), CUT_AFTER_BYTES), heal=_heal, plane="data",
-          min_payload=4 * CUT_AFTER_BYTES),
+          min_payload=4 * CUT_AFTER_BYTES, ends_by="reset"),
     Fault(name="frozen", doc="the rank's process stopped (SIGSTOP) until healed (SIGCONT)",
-          inject=_freeze, heal=_thaw),
+          inject=_freeze, heal=_thaw, stops_the_rank=True, cut_rank_hears=True),
     Fault(name="control_plane", doc="only the store's connections dropped; the backend's own pass",
           inject=_drop("control"), heal=_heal, plane="control"),
     Fault(name="data_plane", doc="only the backend's own connections dropped; the store's pass",

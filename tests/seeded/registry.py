@@ -154,6 +154,55 @@ BUGS: tuple[SeededBug, ...] = (
         suite='suites/faults/test_network_faults.py',
         shares_a_run=True,
     ),
+    # Seeded bug: all_reduce retries a broken connection forever instead of raising.
+    SeededBug(
+        name='gloo_retries_forever',
+        contract='under a network fault every call returns or raises within its timeout plus the stated slack',
+        clauses=('suites/faults/test_network_faults.py::test_the_operation_ends_within_its_timeout',),
+        suite='suites/faults/test_network_faults.py',
+        shares_a_run=True,
+    ),
+    # Seeded bug: once an all_reduce failed under a network fault, later ones report success with stale outputs.
+    SeededBug(
+        name='gloo_stale_after_partition',
+        contract='after healing, the group that timed out is what the backend declares (gloo: every call raises at once)',
+        clauses=('suites/faults/test_network_faults.py::test_after_healing_the_group_is_as_declared',),
+        suite='suites/faults/test_network_faults.py',
+        shares_a_run=True,
+    ),
+    # Seeded bug: abort() first waits for a barrier with the peers, which never succeeds during a partition.
+    SeededBug(
+        name='gloo_abort_waits_for_peers',
+        contract="aborting a group during a network fault returns within the group's timeout plus the slack",
+        clauses=('suites/faults/test_network_faults.py::test_abort_returns_within_the_bound',),
+        suite='suites/faults/test_network_faults.py',
+        shares_a_run=True,
+    ),
+    # Seeded bug: shutdown() (destroy_process_group) first waits for a barrier with the peers.
+    SeededBug(
+        name='gloo_shutdown_waits_for_peers',
+        contract="destroy_process_group during a network fault returns within the group's timeout plus the slack",
+        clauses=('suites/faults/test_network_faults.py::test_destroy_returns_within_the_bound',),
+        suite='suites/faults/test_network_faults.py',
+        shares_a_run=True,
+    ),
+    # Seeded bug in the reference backend: a send waits for the peer's window without a deadline.
+    SeededBug(
+        name='reference_send_unbounded',
+        contract="a group's first collective under a fault before its first connection ends within its timeout",
+        clauses=('suites/faults/test_network_faults.py::test_the_first_collective_ends_within_its_timeout',),
+        suite='suites/faults/test_network_faults.py::test_the_first_collective_ends_within_its_timeout',
+        options=('--faults', 'all'),
+        shares_a_run=True,
+    ),
+    # Seeded bug: recv reports success with a stale buffer when the network fails under it.
+    SeededBug(
+        name='gloo_recv_swallows_network_errors',
+        contract='under a network fault the receiver of a p2p from the cut-off rank raises a RuntimeError',
+        clauses=('suites/faults/test_network_faults.py::test_every_rank_gets_a_runtime_error',),
+        suite='suites/faults/test_network_faults.py',
+        shares_a_run=True,
+    ),
     # Seeded bug: barrier does not wait for the other ranks.
     SeededBug(
         name='barrier_no_wait',
