@@ -260,7 +260,10 @@ TENSORPIPE = AgentSpec(
             "it, never returned within 7 s on either worker (without a call in flight: the follower raised 'RPC "
             "ran for more than set timeout (2000 ms)' after 6.7 s, the leader never returned). _all_gather's "
             "signal wait is bounded, but TensorPipeAgent::join(shutdown, float /* unused */) ignores the timeout "
-            "and waits for every worker's calls to drain (tensorpipe_agent.cpp)"),
+            "and waits for every worker's calls to drain (tensorpipe_agent.cpp). Intermittent, not strict: in "
+            "another run one worker raised 'Followers [...] timed out in _all_gather after 2.00 seconds' after "
+            "5.6 s, near the 5 s bound, so a run may meet it",
+            outcome="intermittent"),
         Gap({"clause": "test_connecting_ends_within_the_agent_timeout", "fault": SILENT_FAULTS},
             "torch 2.13's init_rpc under a partition (rpc_timeout=2) never returned within 7 s on either worker: "
             "its start-up _all_gather is bounded by the RPC timeout, but the gloo group init_rpc makes for its "
@@ -321,6 +324,16 @@ AGENTS: dict[str, AgentSpec] = {
             Gap({"backend": "nccl"},
                 "reference-pg frames are CPU tensors (header bytes, metadata) and NCCL moves only CUDA tensors; "
                 "PgTransport.start() refuses nccl with that reason", outcome="skip"),
+        
+            # over the reference backend (--backend reference), measured on simulated hosts, ws2 and ws3
+            Gap({"backend": "reference", "fault": SILENT_FAULTS,
+                 "clause": ("test_every_call_ends_within_its_timeout", "test_every_call_raises_a_runtime_error",
+                            "test_after_healing_the_agent_is_as_declared")},
+                "reference-pg over the reference backend, under a partition: rpc_sync and rpc_async raised 'RPC ran "
+                "for more than set timeout (2000 ms)' at 2 s, but remote() and to_here() returned nothing within "
+                "7 s; after healing every rank's rpc_sync still raised 'RPCErr:1:RPC ran for more than set timeout "
+                "(2000 ms)'. The agent posts its frames with the backend's send, and the reference's send is bounded "
+                "by the agent group's days-long timeout, not by the RPC's"),
         )),
     "reference-tp": AgentSpec(
         name="reference-tp", module="backends.reference.rpc", **REFERENCE_STACK,

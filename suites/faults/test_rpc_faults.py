@@ -74,6 +74,7 @@ def calls(request, hosted_agents, backend_spec, world_target, rpc_agent, fault):
 
 
 # --------------------------------------------------------------------------- under the fault
+@pytest.mark.needs(clause="test_every_call_ends_within_its_timeout")
 def test_every_call_ends_within_its_timeout(calls):
     """Under the fault rpc_sync, rpc_async, remote and to_here return or raise within the RPC timeout plus the slack."""
     assert not calls.missing, calls.missing
@@ -82,6 +83,7 @@ def test_every_call_ends_within_its_timeout(calls):
     assert not slow, f"{calls.fault}: (rank, call) took {slow} s; bound {BOUND_S:g} s"
 
 
+@pytest.mark.needs(clause="test_every_call_raises_a_runtime_error")
 def test_every_call_raises_a_runtime_error(calls):
     """Under the fault every call across the cut raises a RuntimeError (torch raises RuntimeError), none succeeds."""
     wrong = {(r, op): c.get("type", "returned") for r, op, c in _calls(calls, "under")
@@ -105,6 +107,7 @@ def test_a_slow_link_never_breaks_a_call_that_fits_its_timeout(calls):
 
 
 # --------------------------------------------------------------------------- after healing
+@pytest.mark.needs(clause="test_after_healing_the_agent_is_as_declared")
 def test_after_healing_the_agent_is_as_declared(calls, rpc_agent):
     """After healing the same agent is what its spec declares: calls exact again, or each raising at once (dead)."""
     declared, after = rpc_agent.after_faults, _calls(calls, "after")
