@@ -86,7 +86,21 @@ def test_no_recorder_and_missing_dumps_say_so_in_one_line_each():
     assert report.lines == ["flight recorder: no rank recorded a collective: a Python backend cannot record"]
     report = analyse({0: dump([], size=0), 1: None}, 2)
     assert report.lines[:2] == ["rank 0: flight recorder off (TORCH_FR_BUFFER_SIZE=0)",
-                                "rank 1: no flight-recorder dump came (the process is gone or did not answer)"]
+                                "rank 1: no flight-recorder dump came (the process is gone, frozen, cut off or did not "
+                                "answer)"]
+
+
+def test_a_member_that_sent_no_dump_is_named_by_its_host_not_counted_as_inside():
+    """A partitioned or frozen rank answers no dump request: the summary names it (and its host), never says that
+    every member entered the collective the others wait in."""
+    inside = dump([entry(0, 2)], status(2, 1))
+    report = analyse({0: inside, 1: None, 2: inside}, 3, hosts={0: "127.77.0.1", 1: "127.77.0.2", 2: "127.77.0.3"})
+    assert report.summary == ("ranks 0, 2 wait in all_reduce #2 of group default_pg; rank 1 (host 127.77.0.2) "
+                              "sent no flight-recorder dump (cut off, frozen or gone)")
+    assert "rank 1 (host 127.77.0.2): no flight-recorder dump came (the process is gone, frozen, cut off or did " \
+           "not answer)" in report.lines
+    assert analyse({0: inside, 1: None}, 2).summary == ("rank 0 waits in all_reduce #2 of group default_pg; rank 1 "
+                                                        "sent no flight-recorder dump (cut off, frozen or gone)")
 
 
 def test_nothing_pending_is_said_too():
