@@ -8,6 +8,7 @@ rank whose wait was given up counts as raising after it: "did not return".
 
 from __future__ import annotations
 
+from backends import rpc_agents
 from reports.fault_figures import encode
 
 NOT_RETURNED = "did not return"
@@ -41,18 +42,25 @@ def collective_figures(scenario, backend: str) -> list[dict]:
             for op, label in named.items()]
 
 
-def rpc_figures(scenario, timeout_s: float) -> list[dict]:
+def rpc_target(agent: str, backend: str) -> str:
+    """How the report names an agent: with the c10d backend its messages cross, for an agent that uses one (the
+    same agent over two backends is two rows)."""
+    return f"{agent} over {backend}" if rpc_agents.get(agent).uses_backend else agent
+
+
+def rpc_figures(scenario, timeout_s: float, backend: str) -> list[dict]:
     """An RPC scenario's operations: each call under the fault, graceful shutdown, or the start and first call."""
     size = len(scenario.ranks)
+    target = rpc_target(scenario.agent, backend)
     if scenario.kind == "calls":
         operations = sorted({op for out in scenario.ranks for op in out["under"]})
-        return [_figure(scenario.fault, scenario.agent, size, op, timeout_s,
+        return [_figure(scenario.fault, target, size, op, timeout_s,
                         [_end(rank, out["under"].get(op)) for rank, out in enumerate(scenario.ranks)])
                 for op in operations]
     if scenario.kind == "shutdown":
-        return [_figure(scenario.fault, scenario.agent, size, "graceful shutdown", timeout_s,
+        return [_figure(scenario.fault, target, size, "graceful shutdown", timeout_s,
                         [_end(rank, out) for rank, out in enumerate(scenario.ranks)])]
-    return [_figure(scenario.fault, scenario.agent, size, step.replace("_", " ") if step != "start" else "init_rpc",
+    return [_figure(scenario.fault, target, size, step.replace("_", " ") if step != "start" else "init_rpc",
                     timeout_s, [_end(rank, out.get(step)) for rank, out in enumerate(scenario.ranks)])
             for step in ("start", "first_call")]
 

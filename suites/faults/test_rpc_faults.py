@@ -69,7 +69,7 @@ def _peer_named(rank: int, cut: int) -> re.Pattern:
 @pytest.fixture
 def calls(request, hosted_agents, backend_spec, world_target, rpc_agent, fault):
     found = hosted_agents.scenario(backend_spec, world_target.world_size, rpc_agent.name, fault, "calls")
-    figures.record(request, figures.rpc_figures(found, TIMEOUT_S))
+    figures.record(request, figures.rpc_figures(found, TIMEOUT_S, backend_spec.name))
     return found
 
 
@@ -132,7 +132,7 @@ def test_graceful_shutdown_ends_within_its_timeout(request, hosted_agents, backe
                                                    fault):
     """Under the fault, with a call in flight across it, shutdown(graceful=True, timeout=2) ends within 2 s + slack."""
     got = hosted_agents.scenario(backend_spec, world_target.world_size, rpc_agent.name, fault, "shutdown")
-    figures.record(request, figures.rpc_figures(got, TIMEOUT_S))
+    figures.record(request, figures.rpc_figures(got, TIMEOUT_S, backend_spec.name))
     late = {r: round(out["seconds"], 2) for r, out in enumerate(got.ranks)
             if not out["returned"] or out["seconds"] > BOUND_S}
     assert not late, f"{fault}: shutdown took {late} s by rank (bound {BOUND_S:g} s; at the bound: never returned)"
@@ -144,7 +144,7 @@ def test_connecting_ends_within_the_agent_timeout(request, hosted_agents, backen
     """With the fault in place before the agent starts, init_rpc and the first call across the cut each end within
     the agent's RPC timeout plus the slack."""
     got = hosted_agents.scenario(backend_spec, world_target.world_size, rpc_agent.name, fault, "connect")
-    figures.record(request, figures.rpc_figures(got, TIMEOUT_S))
+    figures.record(request, figures.rpc_figures(got, TIMEOUT_S, backend_spec.name))
     late = {(r, step): round(out[step]["seconds"], 2) for r, out in enumerate(got.ranks)
             for step in ("start", "first_call") if out[step] is not None
             and (not out[step]["returned"] or out[step]["seconds"] > BOUND_S)}
