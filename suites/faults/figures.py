@@ -24,11 +24,13 @@ def _end(rank: int, outcome: dict | None) -> dict | None:
     return {"rank": rank, "seconds": outcome["seconds"], "ok": bool(outcome["ok"]), "error": error}
 
 
-def _figure(fault: str, target: str, world_size: int, operation: str, timeout_s: float, ends: list) -> dict:
-    return encode(fault, target, world_size, operation, timeout_s, [e for e in ends if e is not None])
+def _figure(fault: str, target: str, world_size: int, operation: str, timeout_s: float, ends: list) -> dict | None:
+    """None when no rank got as far as this operation (a first call after a start that never returned)."""
+    ran = [e for e in ends if e is not None]
+    return encode(fault, target, world_size, operation, timeout_s, ran) if ran else None
 
 
-def collective_figures(scenario, backend: str) -> list[dict]:
+def collective_figures(scenario, backend: str) -> list[dict | None]:
     """A collective scenario's operations under the fault (all_reduce, barrier, p2p, store_get, abort, destroy; the
     first all_reduce before the first connection), per rank that takes part."""
     size = len(scenario.ranks)
@@ -48,7 +50,7 @@ def rpc_target(agent: str, backend: str) -> str:
     return f"{agent} over {backend}" if rpc_agents.get(agent).uses_backend else agent
 
 
-def rpc_figures(scenario, timeout_s: float, backend: str) -> list[dict]:
+def rpc_figures(scenario, timeout_s: float, backend: str) -> list[dict | None]:
     """An RPC scenario's operations: each call under the fault, graceful shutdown, or the start and first call."""
     size = len(scenario.ranks)
     target = rpc_target(scenario.agent, backend)
@@ -65,7 +67,8 @@ def rpc_figures(scenario, timeout_s: float, backend: str) -> list[dict]:
             for step in ("start", "first_call")]
 
 
-def record(request, figures: list[dict]) -> None:
+def record(request, figures: list[dict | None]) -> None:
     """Put the figures on the case reading the scenario (the report keeps one per operation)."""
     for figure in figures:
-        request.node.user_properties.append(("fault_figure", figure))
+        if figure is not None:
+            request.node.user_properties.append(("fault_figure", figure))
