@@ -26,35 +26,14 @@ import torch
 import torch.distributed as dist
 
 from fixtures.rank import ctx
+from suites.faults import meeting
 from suites.faults.operations import PEER
 
-FILE_WAIT_S = 60.0
 PENDING_S = 0.3  # how long a collective waits under the fault before its group is aborted or destroyed
 STORE_KEY = "distconform-fault/{rank}"
 NOT_INVOLVED = "not involved"  # the value of a call a rank takes no part in (p2p, shrink)
 
 
-def _mark(directory: str, name: str) -> None:
-    open(os.path.join(directory, name), "w").close()
-
-
-def _wait(directory: str, name: str) -> None:
-    end = time.monotonic() + FILE_WAIT_S
-    while not os.path.exists(os.path.join(directory, name)):
-        if time.monotonic() > end:
-            raise TimeoutError(f"rank {ctx.rank}: no {name!r} from the fault controller within {FILE_WAIT_S:.0f} s")
-        time.sleep(0.01)
-
-
-def _timed(call: Callable[[], Any]) -> dict:
-    """How a call ended: seconds, and its value or the error's type and text."""
-    start = time.perf_counter()
-    try:
-        value = call()
-    except Exception as exc:  # the error is the measurement
-        return {"ok": False, "seconds": time.perf_counter() - start, "type": type(exc).__name__,
-                "runtime_error": isinstance(exc, RuntimeError), "error": str(exc)[:2000]}
-    return {"ok": True, "seconds": time.perf_counter() - start, "value": value}
 
 
 class Timed:
@@ -63,7 +42,7 @@ class Timed:
     def __init__(self, call: Callable[[], Any], name: str) -> None:
         self.outcome: dict | None = None
         self.started = time.monotonic()
-        self.thread = threading.Thread(target=lambda: setattr(self, "outcome", _timed(call)),
+        self.thread = threading.Thread(target=lambda: setattr(self, "outcome", meeting.timed(call)),
                                        name=f"fault-{name}", daemon=True)
         self.thread.start()
 
@@ -163,8 +142,8 @@ def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) ->
         call(targets[name], numel)
     _all_reduce(groups["abort"], numel)
     _all_reduce(groups["destroy"], numel)
-    _mark(directory, f"ready{ctx.rank}")
-    _wait(directory, "go")
+    meeting.mark(directory, f"ready{ctx.rank}")
+    meeting.wait(directory, "go", f"rank {ctx.rank}")
     waits = {name: Timed(functools.partial(call, targets[name], numel), name) for name, call in OPERATIONS.items()}
     # one after the other, from this thread's view: c10d's bookkeeping of groups is not made for threads
     out: dict[str, dict] = {
@@ -175,8 +154,8 @@ def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) ->
         "shrink": _bounded(lambda: _shrink(groups["shrink"], numel), "shrink", bound_s),
     }
     out.update({name: wait.result(bound_s) for name, wait in waits.items()})
-    _mark(directory, f"faulted{ctx.rank}")
-    _wait(directory, "healed")
+    meeting.mark(directory, f"faulted{ctx.rank}")
+    meeting.wait(directory, "healed", f"rank {ctx.rank}")
     out["after"] = _bounded(lambda: _all_reduce(groups["all_reduce"], numel), "after", bound_s)
     fresh = dist.new_group(timeout=timeout)
     out["renewed"] = _bounded(lambda: _all_reduce(fresh, numel), "renewed", bound_s)
@@ -197,10 +176,10 @@ def first_collective(directory: str, timeout_s: float, numel: int, bound_s: floa
             del os.environ["TORCH_GLOO_LAZY_INIT"]
         else:
             os.environ["TORCH_GLOO_LAZY_INIT"] = before
-    _mark(directory, f"ready{ctx.rank}")
-    _wait(directory, "go")
+    meeting.mark(directory, f"ready{ctx.rank}")
+    meeting.wait(directory, "go", f"rank {ctx.rank}")
     out = {"all_reduce": _bounded(lambda: _all_reduce(group, numel), "first", bound_s)}
-    _mark(directory, f"faulted{ctx.rank}")
+    meeting.mark(directory, f"faulted{ctx.rank}")
     if not out["all_reduce"].get("stuck"):
         _destroy([group])
     return out

@@ -14,17 +14,16 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 
 from fixtures.world import World
+from suites.faults import meeting
 from suites.faults import recovery_rank
 from suites.faults.scenario import TIMEOUT_S
 from suites.faults.table import TABLE, Target
 
 DETECT_TIMEOUT_S = TIMEOUT_S  # the group's timeout while the host is cut off (the fault clauses' 2 s)
 RECONFIGURE_TIMEOUT_S = 15.0  # one reconfigure (rendezvous of the new communicator) at most
-CONTROL_WAIT_S = 30.0  # at most, for each step's files: a step fails within DETECT_TIMEOUT_S + the rendezvous
 RUN_DEADLINE_S = 150.0  # the whole case on the ranks: three reconfigures, the detection and every file wait
 
 
@@ -36,16 +35,6 @@ class Recovery:
     ranks: tuple[dict, ...]  # recovery_rank.partition_then_grow_back's result, by rank
     missing: tuple[str, ...]  # what the controller did not see within its bound, in words
 
-
-def _wait_files(directory: str, names: list[str], stop: threading.Event) -> list[str]:
-    """The names still missing after CONTROL_WAIT_S (or once ``stop`` is set)."""
-    end = time.monotonic() + CONTROL_WAIT_S
-    while time.monotonic() < end and not stop.is_set():
-        missing = [n for n in names if not os.path.exists(os.path.join(directory, n))]
-        if not missing:
-            return []
-        time.sleep(0.01)
-    return [n for n in names if not os.path.exists(os.path.join(directory, n))]
 
 
 def run_recovery(world: World) -> Recovery:
@@ -62,16 +51,16 @@ def run_recovery(world: World) -> Recovery:
     def control() -> None:
         injected = False
         try:
-            absent = _wait_files(directory, [f"ready{r}" for r in ranks], stop)
+            absent = meeting.wait_files(directory, [f"ready{r}" for r in ranks], stop)
             if absent:
                 missing.append(f"not ready: {absent}")
                 return
             partition.inject(target)
             injected = True
             open(os.path.join(directory, "go"), "w").close()
-            absent = _wait_files(directory, [f"detected{r}" for r in ranks] + [f"shrunk{r}" for r in ranks], stop)
+            absent = meeting.wait_files(directory, [f"detected{r}" for r in ranks] + [f"shrunk{r}" for r in ranks], stop)
             if absent:
-                missing.append(f"not past the partition within {CONTROL_WAIT_S:.0f} s: {absent}")
+                missing.append(f"not past the partition within {meeting.CONTROL_WAIT_S:.0f} s: {absent}")
         finally:
             if injected:
                 partition.heal(target)

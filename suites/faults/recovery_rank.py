@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from fixtures.rank import ctx
 from suites.c10d import fault_tolerance as ft
-from suites.faults.rank_side import _mark, _timed, _wait
+from suites.faults import meeting
 
 FIRST_UUID, SHRINK_UUID, GROW_UUID = 3600, 3601, 3602  # one group, three reconfigures: each uuid fresh
 BROADCAST_VALUE = 42.0
@@ -66,21 +66,21 @@ def partition_then_grow_back(directory: str, detect_timeout_s: float, reconfigur
     timeout = timedelta(seconds=reconfigure_timeout_s)
     found: dict = {}
     with ft.reconfigurable_default_group("partition"):
-        found["first"] = _timed(lambda: _reconfigure(FIRST_UUID, "recovery-first", everyone, timeout))
+        found["first"] = meeting.timed(lambda: _reconfigure(FIRST_UUID, "recovery-first", everyone, timeout))
         backend = ft.backend()
         fired = threading.Event()
         found["hook refused"] = _register_abort_hook(backend, fired)
-        _mark(directory, f"ready{ctx.rank}")
-        _wait(directory, "go")
+        meeting.mark(directory, f"ready{ctx.rank}")
+        meeting.wait(directory, "go", f"rank {ctx.rank}")
         backend.set_timeout(timedelta(seconds=detect_timeout_s))
-        found["under"] = _timed(ft.summed)
+        found["under"] = meeting.timed(ft.summed)
         found["error"] = _error_type(backend)
         found["hook fired"] = not found["hook refused"] and fired.wait(ABORT_HOOK_WAIT_S)
         backend.set_timeout(timeout)
-        _mark(directory, f"detected{ctx.rank}")
+        meeting.mark(directory, f"detected{ctx.rank}")
         if ctx.rank in reachable:
-            found["shrink"] = _timed(lambda: _reconfigure(SHRINK_UUID, "recovery-shrink", reachable, timeout))
-        _mark(directory, f"shrunk{ctx.rank}")
-        _wait(directory, "healed")
-        found["grow"] = _timed(lambda: _reconfigure(GROW_UUID, "recovery-grow", everyone, timeout))
+            found["shrink"] = meeting.timed(lambda: _reconfigure(SHRINK_UUID, "recovery-shrink", reachable, timeout))
+        meeting.mark(directory, f"shrunk{ctx.rank}")
+        meeting.wait(directory, "healed", f"rank {ctx.rank}")
+        found["grow"] = meeting.timed(lambda: _reconfigure(GROW_UUID, "recovery-grow", everyone, timeout))
     return found

@@ -23,32 +23,14 @@ import torch
 
 from backends import rpc_agents
 from fixtures.rank import ctx
+from suites.faults import meeting
 
-FILE_WAIT_S = 60.0
 OPERATIONS = ("rpc_sync", "rpc_async", "remote", "to_here")
 
 
-def _mark(directory: str, name: str) -> None:
-    open(os.path.join(directory, name), "w").close()
 
 
-def _wait(directory: str, name: str) -> None:
-    end = time.monotonic() + FILE_WAIT_S
-    while not os.path.exists(os.path.join(directory, name)):
-        if time.monotonic() > end:
-            raise TimeoutError(f"rank {ctx.rank}: no {name!r} from the fault controller within {FILE_WAIT_S:.0f} s")
-        time.sleep(0.01)
 
-
-def _timed(call: Callable[[], Any]) -> dict:
-    """How a call ended: seconds, and its value or the error's type, whether it is a RuntimeError, and its text."""
-    start = time.perf_counter()
-    try:
-        value = call()
-    except Exception as exc:  # the error is the measurement
-        return {"ok": False, "seconds": time.perf_counter() - start, "type": type(exc).__name__,
-                "runtime_error": isinstance(exc, RuntimeError), "error": str(exc)[:2000]}
-    return {"ok": True, "seconds": time.perf_counter() - start, "value": value}
 
 
 def across_the_cut(cut: int) -> int:
@@ -67,9 +49,9 @@ def _start(agent: str, directory: str, timeout_s: float, tag: str):
 
 def _all_done(directory: str, tag: str) -> None:
     """Every rank is done with its calls (a rank that stops its agent first would reset its peers' later calls)."""
-    _mark(directory, f"{tag}{ctx.rank}")
+    meeting.mark(directory, f"{tag}{ctx.rank}")
     for rank in range(ctx.world_size):
-        _wait(directory, f"{tag}{rank}")
+        meeting.wait(directory, f"{tag}{rank}", f"rank {ctx.rank}")
 
 
 def _exact(result: torch.Tensor, numel: int) -> float:
@@ -97,7 +79,7 @@ def _all_at_once(operations: dict[str, Callable[[], float]], wait_s: float) -> d
     """Every operation timed, all in flight together (one timeout's wait for the lot, not four), each waited for
     at most ``wait_s`` (``returned`` False past it)."""
     outcomes: dict[str, dict] = {name: {} for name in operations}
-    threads = {name: threading.Thread(target=lambda n=name, c=call: outcomes[n].update(_timed(c)),
+    threads = {name: threading.Thread(target=lambda n=name, c=call: outcomes[n].update(meeting.timed(c)),
                                       name=f"fault-{name}", daemon=True) for name, call in operations.items()}
     start = time.perf_counter()
     for thread in threads.values():
@@ -122,11 +104,11 @@ def calls_under_fault(agent: str, directory: str, timeout_s: float, numel: int, 
                 rpc.rpc_sync(rpc_agents.worker_name(other), torch.add, args=(torch.ones(1), 1))
         held = rpc.remote(peer, torch.add, args=(torch.ones(numel), 1))
         held.to_here()
-        _mark(directory, f"ready{ctx.rank}")
-        _wait(directory, "go")
+        meeting.mark(directory, f"ready{ctx.rank}")
+        meeting.wait(directory, "go", f"rank {ctx.rank}")
         under = _all_at_once(_operations(rpc, peer, numel, held), wait_s)
-        _mark(directory, f"faulted{ctx.rank}")
-        _wait(directory, "healed")
+        meeting.mark(directory, f"faulted{ctx.rank}")
+        meeting.wait(directory, "healed", f"rank {ctx.rank}")
         after = {name: _bounded(call, wait_s) for name, call in _operations(rpc, peer, numel, held).items()}
         _all_done(directory, "done")
     finally:
@@ -138,10 +120,10 @@ def calls_under_fault(agent: str, directory: str, timeout_s: float, numel: int, 
 
 
 def _bounded(call: Callable[[], Any], wait_s: float) -> dict:
-    """``_timed(call)`` on a thread of its own, given up after ``wait_s``: ``returned`` False when it never came back
+    """``meeting.timed(call)`` on a thread of its own, given up after ``wait_s``: ``returned`` False when it never came back
     (its thread is left behind; the controller then kills the process)."""
     outcome: dict = {}
-    thread = threading.Thread(target=lambda: outcome.update(_timed(call)), name="bounded-call", daemon=True)
+    thread = threading.Thread(target=lambda: outcome.update(meeting.timed(call)), name="bounded-call", daemon=True)
     start = time.perf_counter()
     thread.start()
     thread.join(wait_s)
@@ -158,20 +140,20 @@ def shutdown_under_fault(agent: str, directory: str, timeout_s: float, shutdown_
     for other in range(ctx.world_size):
         if other != ctx.rank:
             rpc.rpc_sync(rpc_agents.worker_name(other), torch.add, args=(torch.ones(1), 1))
-    _mark(directory, f"ready{ctx.rank}")
-    _wait(directory, "go")
+    meeting.mark(directory, f"ready{ctx.rank}")
+    meeting.wait(directory, "go", f"rank {ctx.rank}")
     # work in flight across the cut: a graceful shutdown must wait for it, and it can never complete
     rpc.rpc_async(rpc_agents.worker_name(across_the_cut(cut)), torch.add, args=(torch.ones(1), 1))
     outcome = _bounded(lambda: rpc.shutdown(graceful=True, timeout=shutdown_timeout_s), wait_s)
-    _mark(directory, f"faulted{ctx.rank}")
+    meeting.mark(directory, f"faulted{ctx.rank}")
     return outcome
 
 
 def connect_under_fault(agent: str, directory: str, timeout_s: float, numel: int, cut: int, wait_s: float) -> dict:
     """The fault is in place before the agent exists: time its start and the first call across the cut, each
     waited for at most ``wait_s``."""
-    _mark(directory, f"ready{ctx.rank}")
-    _wait(directory, "go")
+    meeting.mark(directory, f"ready{ctx.rank}")
+    meeting.wait(directory, "go", f"rank {ctx.rank}")
     made: list = []
     started = _bounded(lambda: made.append(_start(agent, directory, timeout_s, "connect")), wait_s)
     first = None
@@ -179,5 +161,5 @@ def connect_under_fault(agent: str, directory: str, timeout_s: float, numel: int
         peer = rpc_agents.worker_name(across_the_cut(cut))
         first = _bounded(lambda: _exact(made[0].rpc_sync(peer, torch.add, args=(torch.ones(numel), 1)), numel),
                          wait_s)
-    _mark(directory, f"faulted{ctx.rank}")
+    meeting.mark(directory, f"faulted{ctx.rank}")
     return {"start": started, "first_call": first}

@@ -19,18 +19,17 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from fixtures.world import World
+from suites.faults import meeting
 from suites.faults import rpc_rank_side
 from suites.faults.table import Fault, Target
 
 TIMEOUT_S = 2.0  # the agent's RPC timeout, and graceful shutdown's, under a fault
 SLACK_S = 3.0  # what a bounded wait may take beyond its timeout on a loaded 2-core machine (scheduling, TCP)
 GIVE_UP_S = TIMEOUT_S + SLACK_S + 2.0  # a rank stops waiting for a call after this (the clause then fails)
-CONTROL_WAIT_S = 30.0  # at most, for the ranks' files
 # 32 KiB of float32 per call: at 3 ranks the cut host's link carries 12 such calls at once each way (every
 # operation of its two callers and its own), 384 KiB, about 0.4 s at the slow link's 8 Mbit/s
 NUMEL = 8 * 1024
@@ -65,16 +64,6 @@ def _outcomes(rank: dict) -> list[dict]:
     return found
 
 
-def _wait_files(directory: str, names: list[str], stop: threading.Event) -> list[str]:
-    """The names still missing after CONTROL_WAIT_S (or once ``stop`` is set)."""
-    end = time.monotonic() + CONTROL_WAIT_S
-    while time.monotonic() < end and not stop.is_set():
-        missing = [n for n in names if not os.path.exists(os.path.join(directory, n))]
-        if not missing:
-            return []
-        time.sleep(0.01)
-    return [n for n in names if not os.path.exists(os.path.join(directory, n))]
-
 
 def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline: float = 90.0) -> RpcScenario:
     if kind not in KINDS:
@@ -90,7 +79,7 @@ def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline
     def control() -> None:
         injected = False
         try:
-            absent = _wait_files(directory, [f"ready{r}" for r in range(world.world_size)], stop)
+            absent = meeting.wait_files(directory, [f"ready{r}" for r in range(world.world_size)], stop)
             if absent:
                 missing.append(f"not ready: {absent}")
                 return
@@ -98,9 +87,9 @@ def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline
             injected = True
             open(os.path.join(directory, "go"), "w").close()
             answering = [r for r in range(world.world_size) if not (fault.name == "frozen" and r == cut)]
-            absent = _wait_files(directory, [f"faulted{r}" for r in answering], stop)
+            absent = meeting.wait_files(directory, [f"faulted{r}" for r in answering], stop)
             if absent:
-                missing.append(f"still under the fault after {CONTROL_WAIT_S:.0f} s: {absent}")
+                missing.append(f"still under the fault after {meeting.CONTROL_WAIT_S:.0f} s: {absent}")
         finally:
             if injected:
                 fault.heal(target)

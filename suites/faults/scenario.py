@@ -14,10 +14,10 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 
 from fixtures.world import World
+from suites.faults import meeting
 from suites.faults import rank_side
 from suites.faults.table import WHEN, Fault, Target
 
@@ -29,7 +29,6 @@ BOUND_S = TIMEOUT_S + SLACK_S + 1.0  # a rank gives up on a call after this (rec
 CONTROL_TIMEOUT_S = 20.0
 # gloo's first collective under lazy init gives up after 5 times its timeout (docs/faults.md): seen, not cut short
 FIRST_BOUND_S = 6 * TIMEOUT_S
-CONTROL_WAIT_S = 30.0  # at most, for the ranks' files
 NUMEL = 64 * 1024  # 256 KiB of float32: a quarter second at the slow link's rate
 
 
@@ -57,16 +56,6 @@ class Scenario:
                 if not (out[name]["ok"] and out[name]["value"] == rank_side.NOT_INVOLVED)}
 
 
-def _wait_files(directory: str, names: list[str], stop: threading.Event) -> list[str]:
-    """The names still missing after CONTROL_WAIT_S (or once ``stop`` is set)."""
-    end = time.monotonic() + CONTROL_WAIT_S
-    while time.monotonic() < end and not stop.is_set():
-        missing = [n for n in names if not os.path.exists(os.path.join(directory, n))]
-        if not missing:
-            return []
-        time.sleep(0.01)
-    return [n for n in names if not os.path.exists(os.path.join(directory, n))]
-
 
 def timeout_for(fault: Fault) -> float:
     """The groups' and the store client's timeout: short under a breaking fault, so a wait costs seconds; with room
@@ -93,7 +82,7 @@ def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadli
     def control() -> None:
         injected = False
         try:
-            absent = _wait_files(directory, [f"ready{r}" for r in range(world.world_size)], stop)
+            absent = meeting.wait_files(directory, [f"ready{r}" for r in range(world.world_size)], stop)
             if absent:
                 missing.append(f"not ready: {absent}")
                 return
@@ -101,9 +90,9 @@ def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadli
             injected = True
             open(os.path.join(directory, "go"), "w").close()
             answering = [r for r in range(world.world_size) if not (fault.name == "frozen" and r == cut)]
-            absent = _wait_files(directory, [f"faulted{r}" for r in answering], stop)
+            absent = meeting.wait_files(directory, [f"faulted{r}" for r in answering], stop)
             if absent:
-                missing.append(f"still in the collective under the fault after {CONTROL_WAIT_S:.0f} s: {absent}")
+                missing.append(f"still in the collective under the fault after {meeting.CONTROL_WAIT_S:.0f} s: {absent}")
         finally:
             if injected:
                 fault.heal(target)

@@ -1,0 +1,54 @@
+"""Where a fault's controller and its ranks meet: a folder of marker files, never the network the fault cuts.
+
+Each rank writes ``<step><rank>`` when it reaches a step (``mark``) and waits for the controller's files
+(``wait``: ``go`` once the fault is in place, ``healed``); the controller waits for every rank's file
+(``wait_files``), injects, heals. Every wait is bounded. ``timed`` is how every operation under a fault is
+measured, on either side: its seconds and its value, or its error's type and text. One home for the three
+scenarios (scenario.py, rpc_scenario.py, recovery.py) and their rank sides.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+FILE_WAIT_S = 60.0  # a rank waits at most this for the controller's file
+CONTROL_WAIT_S = 30.0  # the controller waits at most this for the ranks' files of one step
+
+
+def mark(directory: str, name: str) -> None:
+    open(os.path.join(directory, name), "w").close()
+
+
+def wait(directory: str, name: str, who: str, wait_s: float = FILE_WAIT_S) -> None:
+    """Until the controller writes ``name``; TimeoutError naming ``who`` (the waiting rank) after ``wait_s``."""
+    end = time.monotonic() + wait_s
+    while not os.path.exists(os.path.join(directory, name)):
+        if time.monotonic() > end:
+            raise TimeoutError(f"{who}: no {name!r} from the fault controller within {wait_s:.0f} s")
+        time.sleep(0.01)
+
+
+def wait_files(directory: str, names: list[str], stop: threading.Event, wait_s: float = CONTROL_WAIT_S) -> list[str]:
+    """The names still missing after ``wait_s`` (or once ``stop`` is set)."""
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end and not stop.is_set():
+        missing = [n for n in names if not os.path.exists(os.path.join(directory, n))]
+        if not missing:
+            return []
+        time.sleep(0.01)
+    return [n for n in names if not os.path.exists(os.path.join(directory, n))]
+
+
+def timed(call: Callable[[], Any]) -> dict:
+    """How a call ended: seconds, and its value or the error's type, whether it is a RuntimeError, and its text."""
+    start = time.perf_counter()
+    try:
+        value = call()
+    except Exception as exc:  # the error is the measurement
+        return {"ok": False, "seconds": time.perf_counter() - start, "type": type(exc).__name__,
+                "runtime_error": isinstance(exc, RuntimeError), "error": str(exc)[:2000]}
+    return {"ok": True, "seconds": time.perf_counter() - start, "value": value}
