@@ -120,6 +120,20 @@ def test_a_step_that_wrote_its_report_but_did_not_exit_says_both(monkeypatch, tm
     assert verdict.status == "timed out" and "its report was written (3 passed)" in verdict.detail
 
 
+def test_a_dry_run_on_cpu_is_bounded_as_a_hang_not_by_the_gpu_budget(monkeypatch, tmp_path):
+    seen = {}
+
+    def record(command, **kwargs):
+        seen["timeout"] = kwargs["timeout"]
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", record)
+    run_step(STEPS[0], 1, str(tmp_path), on_cpu=True)
+    assert seen["timeout"] == gpu_check.DRY_RUN_HANG_S
+    run_step(STEPS[0], 1, str(tmp_path), on_cpu=False)
+    assert seen["timeout"] == STEPS[0].timeout_s
+
+
 def test_an_earlier_runs_report_never_stands_in_for_a_step_that_wrote_none(monkeypatch, tmp_path):
     (tmp_path / STEPS[0].name).mkdir()
     (tmp_path / STEPS[0].name / "conformance.json").write_text(json.dumps({"totals": {"passed": 3}}))
