@@ -43,8 +43,17 @@ def legacy_profile(**kwargs):
 
 
 def _rank() -> int:
+    """This rank, once every rank of the world has got here: the callees have imported this module, and so
+    defined the TorchScript workload (suites/profiling/workloads.py) an RPC names. Without it rank 0's first call
+    could reach a callee still unpickling the same case (measured: reference-tp at ws3 under load, 'Unknown
+    TorchScript function __torch__.suites.profiling.workloads.script_add_mul: define it (@torch.jit.script) on
+    the callee too'; torch requires the function on the callee as well)."""
+    import torch.distributed as dist
+
     from fixtures.rank import ctx
 
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
     return ctx.rank
 
 
