@@ -52,3 +52,29 @@ def timed(call: Callable[[], Any]) -> dict:
         return {"ok": False, "seconds": time.perf_counter() - start, "type": type(exc).__name__,
                 "runtime_error": isinstance(exc, RuntimeError), "error": str(exc)[:2000]}
     return {"ok": True, "seconds": time.perf_counter() - start, "value": value}
+
+
+def control(directory: str, world_size: int, cut: int, fault, target, hosts, stop: threading.Event,
+            missing: list[str], under: str) -> None:
+    """The controller's side of one fault (run on a thread of its own): once every rank is ``ready``, inject
+    ``fault`` on ``target`` and write ``go``; wait for every rank that can answer (a frozen one cannot) to write
+    ``faulted``; then heal, whatever went wrong, and write ``healed``. What it did not see goes to ``missing``
+    (``under``: what the ranks were doing, for the message)."""
+    injected = False
+    try:
+        absent = wait_files(directory, [f"ready{r}" for r in range(world_size)], stop)
+        if absent:
+            missing.append(f"not ready: {absent}")
+            return
+        fault.inject(target)
+        injected = True
+        mark(directory, "go")
+        answering = [r for r in range(world_size) if not (fault.name == "frozen" and r == cut)]
+        absent = wait_files(directory, [f"faulted{r}" for r in answering], stop)
+        if absent:
+            missing.append(f"still {under} after {CONTROL_WAIT_S:.0f} s: {absent}")
+    finally:
+        if injected:
+            fault.heal(target)
+        hosts.heal()
+        mark(directory, "healed")

@@ -15,7 +15,6 @@ Healing happens whatever goes wrong. Three kinds of scenario:
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -76,26 +75,6 @@ def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline
     stop = threading.Event()
     missing: list[str] = []
 
-    def control() -> None:
-        injected = False
-        try:
-            absent = meeting.wait_files(directory, [f"ready{r}" for r in range(world.world_size)], stop)
-            if absent:
-                missing.append(f"not ready: {absent}")
-                return
-            fault.inject(target)
-            injected = True
-            open(os.path.join(directory, "go"), "w").close()
-            answering = [r for r in range(world.world_size) if not (fault.name == "frozen" and r == cut)]
-            absent = meeting.wait_files(directory, [f"faulted{r}" for r in answering], stop)
-            if absent:
-                missing.append(f"still under the fault after {meeting.CONTROL_WAIT_S:.0f} s: {absent}")
-        finally:
-            if injected:
-                fault.heal(target)
-            hosts.heal()
-            open(os.path.join(directory, "healed"), "w").close()
-
     call: Callable[..., dict]
     args: tuple
     if kind == "calls":
@@ -104,7 +83,9 @@ def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline
         call, args = rpc_rank_side.shutdown_under_fault, (agent, directory, TIMEOUT_S, TIMEOUT_S, cut, GIVE_UP_S)
     else:
         call, args = rpc_rank_side.connect_under_fault, (agent, directory, TIMEOUT_S, NUMEL, cut, GIVE_UP_S)
-    thread = threading.Thread(target=control, name=f"rpc-fault-{fault.name}", daemon=True)
+    thread = threading.Thread(target=meeting.control,
+                              args=(directory, world.world_size, cut, fault, target, hosts, stop, missing,
+                                    "under the fault"), name=f"rpc-fault-{fault.name}", daemon=True)
     thread.start()
     try:
         results = world.run(call, *args, deadline=deadline)

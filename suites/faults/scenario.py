@@ -10,7 +10,6 @@ own, waits for every rank's ``ready``, injects the fault on the cut-off rank's h
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -79,27 +78,9 @@ def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadli
     stop = threading.Event()
     missing: list[str] = []
 
-    def control() -> None:
-        injected = False
-        try:
-            absent = meeting.wait_files(directory, [f"ready{r}" for r in range(world.world_size)], stop)
-            if absent:
-                missing.append(f"not ready: {absent}")
-                return
-            fault.inject(target)
-            injected = True
-            open(os.path.join(directory, "go"), "w").close()
-            answering = [r for r in range(world.world_size) if not (fault.name == "frozen" and r == cut)]
-            absent = meeting.wait_files(directory, [f"faulted{r}" for r in answering], stop)
-            if absent:
-                missing.append(f"still in the collective under the fault after {meeting.CONTROL_WAIT_S:.0f} s: {absent}")
-        finally:
-            if injected:
-                fault.heal(target)
-            hosts.heal()
-            open(os.path.join(directory, "healed"), "w").close()
-
-    thread = threading.Thread(target=control, name=f"fault-{fault.name}", daemon=True)
+    thread = threading.Thread(target=meeting.control,
+                              args=(directory, world.world_size, cut, fault, target, hosts, stop, missing,
+                                    "in the collective under the fault"), name=f"fault-{fault.name}", daemon=True)
     thread.start()
     try:
         if when == "mid_operation":
