@@ -154,22 +154,31 @@ def test_a_partition_stalls_an_established_connection_until_healed(hosts):
             conn.recv(1)
             print("got data")
         except TimeoutError:
-            print("recv timed out")
+            print("recv timed out", flush=True)
+        sys.stdin.readline()  # healed: TCP's retransmission brings the byte
+        conn.settimeout(10.0)
+        try:
+            print("after heal", conn.recv(1).decode(), flush=True)
+        except TimeoutError:
+            print("after heal: recv timed out", flush=True)
     """)
+    # The server sends its byte when told, after the partition is in place (not after a sleep: a loaded
+    # machine once took longer than the sleep to partition, and the byte crossed before the cut).
     echo = textwrap.dedent(f"""
-        import socket, time
+        import socket, sys, time
         server = socket.socket()
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind(("{hosts[1].address}", {PORT}))
         server.listen()
         print("listening", flush=True)
         conn, _ = server.accept()
-        time.sleep(0.5)
+        sys.stdin.readline()  # the partition is in place
         conn.sendall(b"y")  # sent while the partition holds: it must not arrive
+        print("sent", flush=True)
         time.sleep(30)
     """)
-    server = subprocess.Popen([*hosts[1].exec_prefix(), sys.executable, "-c", echo], stdout=subprocess.PIPE,
-                              text=True, start_new_session=True)
+    server = subprocess.Popen([*hosts[1].exec_prefix(), sys.executable, "-c", echo], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert server.stdout is not None and server.stdout.readline().strip() == "listening"
     peer = subprocess.Popen([*hosts[0].exec_prefix(), sys.executable, "-c", reader], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -177,9 +186,17 @@ def test_a_partition_stalls_an_established_connection_until_healed(hosts):
         assert peer.stdout is not None and peer.stdin is not None
         assert peer.stdout.readline().strip() == "connected"
         hosts.partition(0)
+        assert server.stdin is not None
+        server.stdin.write("\n")
+        server.stdin.flush()
+        assert server.stdout.readline().strip() == "sent"
         peer.stdin.write("\n")
         peer.stdin.flush()
         assert peer.stdout.readline().strip() == "recv timed out"
+        hosts.heal()
+        peer.stdin.write("\n")
+        peer.stdin.flush()
+        assert peer.stdout.readline().strip() == "after heal y"
     finally:
         stop(peer)
         stop(server)

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from fixtures.rank import ctx
 from suites import collectives
+from suites.c10d.timeouts import bounded_group
 
 GROUP_TIMEOUT_S = 0.5
 
@@ -78,7 +79,7 @@ for _name, (_, _needs) in CASES.items():
 
 # ---------------------------------------------------------------- rank side
 def attempt(case):
-    group = dist.new_group(timeout=timedelta(seconds=GROUP_TIMEOUT_S))
+    group = bounded_group(GROUP_TIMEOUT_S)
     start = time.perf_counter()
     try:
         outcome = ("returned", CASES[case][0](group))

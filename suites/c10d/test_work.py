@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from fixtures.rank import ctx
 from suites import collectives
-from suites.c10d.timeouts import SLACK_S, fresh_group
+from suites.c10d.timeouts import SLACK_S, bounded_group, fresh_group
 from suites.checks import expect_tensor
 
 TIMED_OUT = re.compile(r"[Tt]imed out")
@@ -118,7 +118,7 @@ def wait_with_timeout_while_a_rank_is_away():
 def failed_work_state():
     """A Work whose collective times out in its group (the last rank never comes) reports the failure."""
     last = ctx.world_size - 1
-    group = fresh_group(GROUP_TIMEOUT_S)
+    group = bounded_group(GROUP_TIMEOUT_S)
     state = None
     if ctx.rank != last:
         work = dist.all_reduce(contribution(ctx.rank).to(ctx.device), group=group, async_op=True)

@@ -16,8 +16,32 @@ def fresh_group(timeout_s: float, ranks=None):
     """A new group with its own timeout, entered by every rank of the world.
 
     Never cached: a group that has seen a timeout is unusable afterwards.
+    For clauses about ``new_group(timeout=...)`` itself; a clause that only
+    needs its operations bounded takes ``bounded_group``.
     """
     return dist.new_group(ranks=ranks, timeout=timedelta(seconds=timeout_s))
+
+
+def bounded_group(timeout_s: float):
+    """A new group of the whole world whose operations time out after ``timeout_s``, connected under the world's
+    long timeout.
+
+    gloo connects a new group's full mesh under the group's own timeout: with a
+    sub-second one, a loaded machine failed the connect itself ("Connect
+    timeout" in a control run beside two other test runs), before the clause's
+    operation ran. So the group is made under the world's timeout and then
+    narrowed with ``ProcessGroup.set_timeout``. A backend that refuses to
+    narrow (c10d's base Backend does) gets ``new_group(timeout=...)`` instead:
+    the refusal is the same on every rank, so every rank makes the same group.
+    """
+    assert ctx.config is not None, "bounded_group runs inside a rank"
+    group = dist.new_group(timeout=timedelta(seconds=ctx.config.pg_timeout))
+    try:
+        group.set_timeout(timedelta(seconds=timeout_s))
+    except RuntimeError:
+        dist.destroy_process_group(group)
+        return fresh_group(timeout_s)
+    return group
 
 
 def call_while_one_rank_skips(operation, timeout_s: float, absent: int, ranks=None):

@@ -22,6 +22,7 @@ import pytest
 import torch.distributed as dist
 
 from fixtures.rank import ctx
+from suites.c10d.timeouts import bounded_group
 from suites.checks import expect_tensor
 from suites.p2p.common import decoy, payload, sent
 
@@ -70,7 +71,7 @@ def bad_peer(case):
     wedge the default group; group_dst/group_src, because torch itself checks
     global ranks against a subgroup's members before the backend sees them.
     """
-    group = dist.new_group(timeout=timedelta(seconds=GROUP_TIMEOUT_S))
+    group = bounded_group(GROUP_TIMEOUT_S)
     outcome = None
     if ctx.rank == BAD_PEER_RANK:
         start = time.perf_counter()
