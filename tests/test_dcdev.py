@@ -80,17 +80,31 @@ PRIVATEUSE1_SLICE = ("suites/c10d/test_all_reduce.py", "suites/c10d/test_registr
                      "suites/c10d/test_flight_recorder.py", "suites/p2p/test_send_recv.py", "suites/ddp/test_gradients.py")
 
 
+# The device audit on real device tensors (tests/test_device_audit.py tags CPU tensors as a stand-in device): the
+# planted clauses, each handing torch.distributed a tensor off the rank's device in its own way, run beside the
+# slice; on dcdev each must fail in its own collective (torch finds no backend for the tensor's device), and
+# their good twin must pass.
+PLANTED = "tests/harness_cases/device_planted.py"
+PLANTED_BAD = ("test_bad_hard_coded_cpu", "test_bad_device_string", "test_bad_default_device")
+
+
 @pytest.mark.starts_first(2)  # 40 to 90 s: a pytest run of its own with a world of two ranks on the device
 def test_the_contract_runs_on_the_device(built, tmp_path):
-    """A slice of the contract passes on native-dcdev with tensors on dcdev:<rank>, every case run, none skipped silently."""
+    """A slice of the contract passes on native-dcdev with tensors on dcdev:<rank>, every case run, none skipped silently; the planted off-device clauses fail."""
     from tests.harness_cases.procs import run_pytest
 
-    run = run_pytest([*PRIVATEUSE1_SLICE, "--backend-plugin", "native.device", "--backend", "native-dcdev",
+    run = run_pytest([*PRIVATEUSE1_SLICE, PLANTED, "--backend-plugin", "native.device", "--backend", "native-dcdev",
                       "--world-size", "2", "--init", "eager", "-q"], tmp_path, timeout=480)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     with open(tmp_path / "conformance.json") as fh:
         cases = json.load(fh)["cases"]
+    planted = {c["nodeid"].split("::")[1].split("[")[0]: c for c in cases if c["nodeid"].startswith(PLANTED)}
+    for name in PLANTED_BAD:
+        assert planted[name]["outcome"] == "failed" and "device type cpu" in planted[name]["error"], \
+            f"{name} handed a collective a CPU tensor on a dcdev rank: {planted[name]['outcome']} {planted[name]['error']!r}"
+    assert planted["test_good_rank_device"]["outcome"] == "passed", planted["test_good_rank_device"]["error"]
+    cases = [c for c in cases if not c["nodeid"].startswith(PLANTED)]
     outcomes = {c["outcome"] for c in cases}
-    assert {c["backend"] for c in cases} == {"native-dcdev"} and outcomes <= {"passed", "xfailed", "skipped"}
+    assert {c["backend"] for c in cases} == {"native-dcdev"} and outcomes <= {"passed", "xfailed", "skipped"}, \
+        run.stdout[-4000:] + run.stderr[-2000:]
     assert sum(c["outcome"] == "passed" for c in cases) >= 200, f"{len(cases)} cases: {outcomes}"
     assert all(c["reason"] for c in cases if c["outcome"] in ("skipped", "xfailed")), "a skip or gap without a reason"
