@@ -195,6 +195,22 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--faults', 'all'),
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend's own flight recorder: a collective that failed is recorded completed.
+    SeededBug(
+        name='reference_fr_failure_completed',
+        contract="once a collective raised under a network fault, each rank's flight recorder does not say it completed",
+        clauses=('suites/faults/test_fault_flight_recorder.py::test_the_failed_collective_is_never_recorded_completed',),
+        suite='suites/faults/test_fault_flight_recorder.py',
+        shares_a_run=True,
+    ),
+    # Seeded bug in the reference backend's own flight recorder: a collective is recorded only once its Work ended.
+    SeededBug(
+        name='reference_fr_recorded_when_done',
+        contract="while a collective waits under a network fault, each rank's flight recorder shows it, not completed",
+        clauses=('suites/faults/test_fault_flight_recorder.py::test_the_recorder_shows_the_collective_each_rank_waits_in',),
+        suite='suites/faults/test_fault_flight_recorder.py',
+        shares_a_run=True,
+    ),
     # Seeded bug: recv reports success with a stale buffer when the network fails under it.
     SeededBug(
         name='gloo_recv_swallows_network_errors',
