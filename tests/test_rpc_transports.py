@@ -286,7 +286,7 @@ class Recorder(Transport):
     def send(self, dst, frame):
         self.sent.append((dst, frame, time.monotonic()))
 
-    def shutdown(self):
+    def shutdown(self, within_s=None):
         self.shut = True
 
 

@@ -17,9 +17,13 @@ read it. Like torch's recorder:
   "reference:send 0->1", "reference:recv 1<-0" as torch's analyser parses p2p),
   sizes and dtypes as torch spells them ("Float"), the timeout;
 * ``state`` "scheduled" when issued, "started" when the group's worker takes it
-  (a p2p call at once), "completed" when its Work finished, with an error too
-  (torch retires a Work that ended with an exception), marked before the Work's
-  waiters wake, so an entry read after ``wait()`` returned is "completed";
+  (a p2p call at once), "completed" when its Work finished, marked before the
+  Work's waiters wake, so an entry read after ``wait()`` returned is "completed";
+  a Work that ended with an error (a timeout, a lost peer) is retired but never
+  "completed", nor counted in pg_status's last completed collective, as torch's
+  NCCL recorder leaves a collective whose end never came (a hang report read
+  after a fault then still shows the collective each rank failed in:
+  suites/faults/test_fault_flight_recorder.py);
 * ``pg_config`` (every group's name, description and global ranks) and
   ``pg_status`` (each group's last enqueued, started and completed collective).
 
@@ -162,6 +166,16 @@ class FlightRecorder:
                 group = entry.group
                 group.started = max(group.started, entry.collective_seq_id)
                 group.completed = max(group.completed, entry.collective_seq_id)
+        except Exception:  # noqa: BLE001 - see record()
+            self.errors += 1
+
+    def failed(self, entry: Entry | None) -> None:
+        """The call's Work ended with an error: retired, its state and the group's completed count left as they were
+        (it never completed)."""
+        if entry is None:
+            return
+        try:
+            entry.retired = True
         except Exception:  # noqa: BLE001 - see record()
             self.errors += 1
 

@@ -73,7 +73,7 @@ class ReferenceWork(dist.Work):
         self._finished()
 
     def fail(self, error: Exception) -> None:
-        self._record_completion()
+        self._record_failure()
         self.future.set_exception(error)
         self._finished()
 
@@ -81,6 +81,11 @@ class ReferenceWork(dist.Work):
         """Mark the recorder's entry completed before any waiter wakes: read after wait(), it says so."""
         if self.fr_entry is not None:
             recorder().completed(self.fr_entry)
+
+    def _record_failure(self) -> None:
+        """Retire the recorder's entry without marking it completed: a collective that failed never completed."""
+        if self.fr_entry is not None:
+            recorder().failed(self.fr_entry)
 
     def _finished(self) -> None:
         self.ended = time.perf_counter()

@@ -54,10 +54,11 @@ def rpc_figures(scenario, timeout_s: float, backend: str) -> list[dict | None]:
     """An RPC scenario's operations: each call under the fault, graceful shutdown, or the start and first call."""
     size = len(scenario.ranks)
     target = rpc_target(scenario.agent, backend)
-    if scenario.kind == "calls":
+    if scenario.kind == "calls":  # a stopped (frozen) rank's calls ran once it was let go: not under the fault
         operations = sorted({op for out in scenario.ranks for op in out["under"]})
         return [_figure(scenario.fault, target, size, op, timeout_s,
-                        [_end(rank, out["under"].get(op)) for rank, out in enumerate(scenario.ranks)])
+                        [_end(rank, out["under"].get(op)) for rank, out in enumerate(scenario.ranks)
+                         if rank not in scenario.stopped])
                 for op in operations]
     if scenario.kind == "shutdown":
         return [_figure(scenario.fault, target, size, "graceful shutdown", timeout_s,

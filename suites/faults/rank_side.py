@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from fixtures.rank import ctx
-from suites.faults import meeting
+from suites.faults import meeting, recorder_view
 from suites.faults.operations import PEER
 
 PENDING_S = 0.3  # how long a collective waits under the fault before its group is aborted or destroyed
@@ -138,13 +138,19 @@ def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) ->
     groups = {name: dist.new_group(timeout=timeout) for name in GROUPS}
     store = _store(timeout_s)
     targets = {**groups, "store_get": store}
+    since = recorder_view.newest_record(groups["all_reduce"])
     for name, call in OPERATIONS.items():  # every connection exists: the fault comes in the middle of a job
         call(targets[name], numel)
+    _all_reduce(groups["all_reduce"], numel)  # a second one completed before the fault: the recorder's history
     _all_reduce(groups["abort"], numel)
     _all_reduce(groups["destroy"], numel)
+    recorded = {"before": recorder_view.view(groups["all_reduce"], since)}
     meeting.mark(directory, f"ready{ctx.rank}")
     meeting.wait(directory, "go", f"rank {ctx.rank}")
     waits = {name: Timed(functools.partial(call, targets[name], numel), name) for name, call in OPERATIONS.items()}
+    issued = len(recorded["before"]["entries"]) + 1  # the entries once the all_reduce under the fault is recorded
+    recorded["under"] = recorder_view.while_waiting(groups["all_reduce"], since, issued,
+                                                    lambda: waits["all_reduce"].outcome is not None)
     # one after the other, from this thread's view: c10d's bookkeeping of groups is not made for threads
     out: dict[str, dict] = {
         "abort": _pending_then(groups["abort"], numel,
@@ -154,6 +160,8 @@ def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) ->
         "shrink": _bounded(lambda: _shrink(groups["shrink"], numel), "shrink", bound_s),
     }
     out.update({name: wait.result(bound_s) for name, wait in waits.items()})
+    recorded["ended"] = recorder_view.view(groups["all_reduce"], since)
+    out["recorder"] = recorded
     meeting.mark(directory, f"faulted{ctx.rank}")
     meeting.wait(directory, "healed", f"rank {ctx.rank}")
     out["after"] = _bounded(lambda: _all_reduce(groups["all_reduce"], numel), "after", bound_s)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from fixtures.world import World
 from suites.faults import meeting
 from suites.faults import rpc_rank_side
-from suites.faults.table import Fault, Target
+from suites.faults.table import TABLE, Fault, Target
 
 TIMEOUT_S = 2.0  # the agent's RPC timeout, and graceful shutdown's, under a fault
 SLACK_S = 3.0  # what a bounded wait may take beyond its timeout on a loaded 2-core machine (scheduling, TCP)
@@ -45,6 +45,11 @@ class RpcScenario:
     cut_rank: int
     ranks: tuple[dict, ...]
     missing: tuple[str, ...]  # what the controller did not see within its bound, in words
+
+    @property
+    def stopped(self) -> tuple[int, ...]:
+        """The ranks whose process the fault stopped (frozen): their calls "under the fault" ran once it healed."""
+        return (self.cut_rank,) if TABLE[self.fault].stops_the_rank else ()
 
     @property
     def clean(self) -> bool:

@@ -11,7 +11,9 @@ fault, then each again after healing), ``shutdown`` (a call in flight across the
 ``shutdown(graceful=True, timeout=2)``) and ``connect`` (the fault in place before ``init_rpc``). Measured first on
 torch 2.13 with TensorPipe (docs/faults.md); where torch has no bound the clause still holds the agent to its
 timeout and TensorPipe's behaviour is a gap quoting it (backends/rpc_agents.py). The default run takes a silent
-partition and a slow link; ``--faults all`` (where the run offers that option) adds a reset.
+partition and a slow link; ``--faults all`` adds a reset and the other silent faults (one direction, a link down, a
+frozen process, the agent's connections alone), ``--faults NAMES`` those named. A frozen rank makes its calls once it
+is let go, the fault healed: under it, only its peers' calls are read.
 """
 
 # ruff: noqa: F811  (the clauses take the fixtures imported from rpc_worlds as arguments of the same names)
@@ -28,37 +30,44 @@ from suites.faults.rpc_worlds import hosted_agents, rpc_agent  # noqa: F401  (fi
 SILENT = "partition"  # frames vanish: only the timeout ends a wait
 RESET = "refused"  # the peer's host resets the agent's connections
 SLOW = "slow"  # the negative control
+DEFAULT_FAULTS = (SILENT, SLOW)  # the default run's: a partition and a slow link (a reset only with --faults)
+# silent too, each in its own way: the cut host's sends dropped (one direction), its link down, its process stopped
+# (SIGSTOP), only the agent's own connections dropped (the store's pass)
+OTHER_SILENT = ("one_way", "flap", "frozen", "data_plane")
 BOUND_S = TIMEOUT_S + SLACK_S
 # the operation (rpc_sync, rpc_async, remote, to_here, an RRef fetch) or the peer (worker<N>, rank <N>, id=<N>)
 NAMES_A_CALL = r"rpc_sync|rpc_async|remote\(|rpc\.remote|to_here|RRef"
 
 
 def pytest_generate_tests(metafunc):
-    """``fault``: the default run's (a partition, a slow link), or with ``--faults all`` (an option of the c10d
-    fault clauses, read here when the run has it) a reset too."""
+    """``fault``: the default run's (a partition, a slow link), or, once ``--faults`` names any (``all`` or a list,
+    as for the collectives: suites/faults/conftest.py deselects the faults a list leaves out), every fault the clause
+    reads."""
     if "fault" not in metafunc.fixturenames:
         return
     wanted = FAULTS_OF[metafunc.function.__name__]
-    everything = str(metafunc.config.getoption("faults", default="") or "") == "all"
-    metafunc.parametrize("fault", [f for f in wanted if everything or f in (SILENT, SLOW)])
+    everything = str(metafunc.config.getoption("faults", default="default") or "default") != "default"
+    metafunc.parametrize("fault", [f for f in wanted if everything or f in DEFAULT_FAULTS])
 
 
 # the faults each clause reads, before the default run's selection
-UNDER_A_FAULT = (SILENT, RESET)
+UNDER_A_FAULT = (SILENT, RESET, *OTHER_SILENT)
 FAULTS_OF = {
     "test_every_call_ends_within_its_timeout": UNDER_A_FAULT,
     "test_every_call_raises_a_runtime_error": UNDER_A_FAULT,
     "test_the_error_names_the_call_or_the_peer": UNDER_A_FAULT,
     "test_a_slow_link_never_breaks_a_call_that_fits_its_timeout": (SLOW,),
     "test_after_healing_the_agent_is_as_declared": UNDER_A_FAULT,
-    "test_graceful_shutdown_ends_within_its_timeout": (SILENT,),
-    "test_connecting_ends_within_the_agent_timeout": (SILENT,),
+    "test_graceful_shutdown_ends_within_its_timeout": (SILENT, *OTHER_SILENT),
+    "test_connecting_ends_within_the_agent_timeout": (SILENT, *OTHER_SILENT),
 }
 
 
 def _calls(scenario, phase):
-    """(rank, operation, outcome) of every call in ``phase``."""
-    return [(rank, op, outcome) for rank, out in enumerate(scenario.ranks) for op, outcome in out[phase].items()]
+    """(rank, operation, outcome) of every call in ``phase``; under the fault, not those of a stopped rank (frozen):
+    it made them once it was let go, the fault healed."""
+    return [(rank, op, outcome) for rank, out in enumerate(scenario.ranks) for op, outcome in out[phase].items()
+            if not (phase == "under" and rank in scenario.stopped)]
 
 
 def _peer_named(rank: int, cut: int) -> re.Pattern:

@@ -195,6 +195,22 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--faults', 'all'),
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend's own flight recorder: a collective that failed is recorded completed.
+    SeededBug(
+        name='reference_fr_failure_completed',
+        contract="once a collective raised under a network fault, each rank's flight recorder does not say it completed",
+        clauses=('suites/faults/test_fault_flight_recorder.py::test_the_failed_collective_is_never_recorded_completed',),
+        suite='suites/faults/test_fault_flight_recorder.py',
+        shares_a_run=True,
+    ),
+    # Seeded bug in the reference backend's own flight recorder: a collective is recorded only once its Work ended.
+    SeededBug(
+        name='reference_fr_recorded_when_done',
+        contract="while a collective waits under a network fault, each rank's flight recorder shows it, not completed",
+        clauses=('suites/faults/test_fault_flight_recorder.py::test_the_recorder_shows_the_collective_each_rank_waits_in',),
+        suite='suites/faults/test_fault_flight_recorder.py',
+        shares_a_run=True,
+    ),
     # Seeded bug: recv reports success with a stale buffer when the network fails under it.
     SeededBug(
         name='gloo_recv_swallows_network_errors',
@@ -937,6 +953,25 @@ BUGS: tuple[SeededBug, ...] = (
         clauses=('suites/faults/test_rpc_faults.py::test_graceful_shutdown_ends_within_its_timeout',),
         suite='suites/faults/test_rpc_faults.py',
         options=('--rpc-agent', 'reference-tp',),
+        shares_a_run=True,
+    ),
+    # Seeded bug: reference-pg's close waits its own 10 s for the peers' STOP frames, whatever the shutdown's timeout.
+    SeededBug(
+        name='rpc_pg_close_ignores_the_shutdown_timeout',
+        contract="Under a partition, with a call in flight across it, shutdown(graceful=True, timeout=2) ends within 2 s + slack",
+        clauses=('suites/faults/test_rpc_faults.py::test_graceful_shutdown_ends_within_its_timeout',),
+        suite='suites/faults/test_rpc_faults.py',
+        options=('--rpc-agent', 'reference-pg',),
+        shares_a_run=True,
+    ),
+    # Seeded bug: reference-pg's transport waits a fixed minute for its peers to announce themselves.
+    SeededBug(
+        name='rpc_pg_start_waits_a_minute',
+        contract="With a peer frozen before init_rpc, init_rpc and the first call end within the agent's RPC timeout + slack",
+        clauses=('suites/faults/test_rpc_faults.py::test_connecting_ends_within_the_agent_timeout',),
+        suite='suites/faults/test_rpc_faults.py',
+        keyword='connecting',
+        options=('--rpc-agent', 'reference-pg', '--faults', 'frozen'),
         shares_a_run=True,
     ),
     # Seeded bug: the reference-tp agent connects with a fixed minute instead of the agent's RPC timeout.

@@ -77,6 +77,9 @@ ID_MASK = (1 << ID_BITS) - 1
 IDLE_POLL_S = 0.002
 # shutdown(timeout=0) waits for late workers as long as it takes (7 days: within int32 ms)
 UNBOUNDED_SHUTDOWN_WAIT = timedelta(days=7)
+# the least a graceful shutdown with a timeout leaves its transport's close (the STOP exchange with idle peers takes
+# milliseconds): a shutdown that used up its timeout still ends within it plus this
+CLOSE_GRACE_S = 0.5
 
 # torch's texts (torch/csrc/distributed/rpc/rpc_agent.h kRpcTimeoutErrorStr with the
 # "RPCErr:1:" prefix of RPCErrorType::TIMEOUT, as TensorPipe's rpc_sync raises it)
@@ -233,19 +236,21 @@ class Agent:
         self._threads.append(thread)
 
     def shutdown(self, graceful: bool = True, timeout: float = 0) -> None:
+        deadline = time.monotonic() + timeout if graceful and timeout and timeout > 0 else None
         try:
             if graceful:
                 self._wait_all_workers(timeout)
         finally:
-            self._stop()
+            # the timeout bounds the whole shutdown, the transport's close too (at least CLOSE_GRACE_S)
+            self._stop(None if deadline is None else max(deadline - time.monotonic(), CLOSE_GRACE_S))
 
-    def _stop(self) -> None:
+    def _stop(self, within_s: float | None = None) -> None:
         if self.stopped:
             return
         self.stopped = True
         self._wake_watchdog.set()
         try:
-            self.transport.shutdown()
+            self.transport.shutdown(within_s)
         finally:
             for _ in range(self.options.num_worker_threads):
                 self._backlog.put(None)

@@ -138,7 +138,7 @@ class FaultyTransport(Transport):
             except Exception:
                 log.exception("faulty transport: delayed send to rank %d raised", dst)
 
-    def shutdown(self) -> None:
+    def shutdown(self, within_s: float | None = None) -> None:
         self._stopping.set()
         with self._lock:
             queues, workers = list(self._queues.values()), list(self._workers)
@@ -147,4 +147,4 @@ class FaultyTransport(Transport):
         deadline = time.monotonic() + DELAY_JOIN_S
         for worker in workers:
             worker.join(max(0.0, deadline - time.monotonic()))
-        self.inner.shutdown()
+        self.inner.shutdown(within_s)

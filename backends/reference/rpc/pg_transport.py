@@ -69,7 +69,8 @@ fails a receive from any source for nobody, so the listener cannot notice a
 death by itself; a dead peer counts as closed for shutdown, which then
 returns at once and reports (in a warning, ``clean_close = False``) the
 listener left blocked in its receive; the group is then left as it is.
-Every other wait of a shutdown is bounded by ``SHUTDOWN_JOIN_S``.
+Every other wait of a shutdown is bounded by ``SHUTDOWN_JOIN_S``, or by what is left of a graceful
+shutdown's timeout when that is shorter (the agent leaves the close at least its CLOSE_GRACE_S).
 
 Limits (capabilities, stated as errors): frames carry CPU tensors; a default
 group whose backend cannot move CPU tensors (nccl) is refused in ``start()``
@@ -131,7 +132,8 @@ class PgTransport(Transport):
     recv_depth = RECV_DEPTH
     send_window = SEND_WINDOW  # a very large value sends every frame in a meta of its own
 
-    def __init__(self) -> None:
+    def __init__(self, start_timeout: float = START_TIMEOUT_S) -> None:
+        self.start_timeout = start_timeout  # how long start() waits for every rank to announce itself
         self._group: dist.ProcessGroup | None = None  # set once by start(), never reset
         self._rank = -1
         self._world_size = 0
@@ -192,11 +194,11 @@ class PgTransport(Transport):
         store.set(f"reference-pg/present/{self._rank}", b"1")
         keys = [f"reference-pg/present/{peer}" for peer in self._peers()]
         try:
-            store.wait(keys, timedelta(seconds=START_TIMEOUT_S))
+            store.wait(keys, timedelta(seconds=self.start_timeout))
         except Exception as exc:
             missing = [peer for peer, key in zip(self._peers(), keys) if not store.check([key])]
             raise TransportError(f"reference-pg transport of rank {self._rank}: ranks {missing} did not start "
-                                 f"within {START_TIMEOUT_S:.0f} s ({exc})") from None
+                                 f"within {self.start_timeout:g} s ({exc})") from None
 
     # ------------------------------------------------------------ send
     def send(self, dst: int, frame: Frame) -> None:
@@ -496,7 +498,7 @@ class PgTransport(Transport):
             self._lose(peer, f"the reference-pg listener of rank {self._rank} stopped: {reason}")
 
     # ------------------------------------------------------------ shutdown
-    def shutdown(self) -> None:
+    def shutdown(self, within_s: float | None = None) -> None:
         with self._state:
             if self._shutting_down:
                 return
@@ -519,7 +521,10 @@ class PgTransport(Transport):
         # The listener exits on the last STOP. Once every peer is accounted for, a listener
         # still blocked waits for a peer that was lost (dead: c10d fails a receive from
         # any source for nobody), and no frame will ever wake it: do not wait out the bound.
-        deadline = time.monotonic() + self.shutdown_join_s
+        # a graceful shutdown's timeout bounds the close handshake too: a peer behind a silent partition never answers
+        # (measured: shutdown(graceful=True, timeout=2) took 12 s, its 2 s and then SHUTDOWN_JOIN_S for the STOPs)
+        bound_s = self.shutdown_join_s if within_s is None else min(self.shutdown_join_s, within_s)
+        deadline = time.monotonic() + bound_s
         assert self._listener is not None  # start() set it with the group; it is replaced, never cleared
         while self._listener.is_alive() and time.monotonic() < deadline:
             if self._all_peers_done():
@@ -542,7 +547,7 @@ class PgTransport(Transport):
             if completer.is_alive():
                 problems.append("frames posted before the STOPs were not taken")
         if not _wait_all([w for _, works, _ in stop_works for w in works], max(0.0, deadline - time.monotonic())):
-            problems.append(f"STOP frames to some peers were not taken within {self.shutdown_join_s:g} s")
+            problems.append(f"STOP frames to some peers were not taken within {bound_s:g} s")
         self._dropping = True
         if problems:
             # The group stays as it is: destroying it under a pending receive is undefined

@@ -263,7 +263,7 @@ class TpTransport(Transport):
                 self._changed.wait(min(remaining, 0.5))
             return self._conns.get(dst)
 
-    def shutdown(self) -> None:
+    def shutdown(self, within_s: float | None = None) -> None:
         if self._closed:
             return
         self._closed = True
@@ -272,7 +272,7 @@ class TpTransport(Transport):
         with self._changed:
             conns = list(self._conns.values())
             self._changed.notify_all()
-        flush_end = time.monotonic() + FLUSH_S
+        flush_end = time.monotonic() + (FLUSH_S if within_s is None else min(FLUSH_S, within_s))
         for conn in conns:  # what was sent before shutdown leaves first, within FLUSH_S in all
             conn.outbox.put(_CLOSE)
         for conn in conns:

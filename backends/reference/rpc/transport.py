@@ -96,5 +96,8 @@ class Transport(ABC):
         """
 
     @abstractmethod
-    def shutdown(self) -> None:
-        """Stop threads, close connections. Idempotent. No deliver() after it returns."""
+    def shutdown(self, within_s: float | None = None) -> None:
+        """Stop threads, close connections. Idempotent. No deliver() after it returns.
+
+        ``within_s``: what is left of a graceful shutdown's timeout, which bounds every wait for the peers here too
+        (None: the transport's own bound)."""

@@ -25,7 +25,13 @@ def over_sockets(options) -> Transport:
 
 
 def over_process_group(options) -> Transport:
-    """reference-pg: frames over the default c10d process group."""
+    """reference-pg: frames over the default c10d process group; its ranks announce themselves within the agent's RPC
+    timeout (none: the transport's default), as reference-tp connects within it. A rank that waited a fixed minute
+    for peers that had given up at their timeout outlived them by that minute (measured: a rank let go after a
+    SIGSTOP started once its peer had raised 'Timeout waiting for key ... after 2000 ms', and never returned within
+    7 s)."""
+    if options.rpc_timeout and options.rpc_timeout > 0:
+        return PgTransport(start_timeout=float(options.rpc_timeout))
     return PgTransport()
 
 
