@@ -293,16 +293,6 @@ GLOO_GAPS += (
         "'unbound_buffer.cc:129] ... for send operation'), for an all_reduce and a barrier alike (a p2p's 'recv "
         "operation' names it); only a reset names the peer ('Connection closed by peer [127.77.0.2]:<port>')"),
     TCPSTORE_GET_UNBOUNDED,
-    # suites/faults/test_fault_flight_recorder.py: while the all_reduce waits, gloo's recorder shows it (entry
-    # 'scheduled', retired false; pg_status last_completed one below it), but once it raised pg_status counts it
-    Gap({"clause": "test_the_failed_collective_is_never_recorded_completed",
-         "fault": ("partition", "refused", "one_way", "flap", "cut_after_bytes", "frozen", "data_plane")},
-        "gloo counts a collective that raised as completed in the flight recorder's pg_status: after all_reduce #3 "
-        "raised '[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 2000ms for recv operation to complete' "
-        "(or 'Connection closed by peer [127.77.0.2]:<port>'), its entry is 'gloo:all_reduce #3 state 'scheduled' "
-        "retired True' and pg_status {'last_completed_collective': '3', 'last_enqueued_collective': '3', "
-        "'last_started_collective': '-1'}, as after one that succeeded, so a hang report read after the fault says "
-        "'completed #3' (torch 2.13; gloo never marks an entry's state, and retires a failed Work as a finished one)"),
     Gap({"clause": "test_a_reset_fails_at_once_on_the_reset_host_and_a_peer", "operation": "p2p",
          "fault": "cut_after_bytes"},
         "gloo's p2p on a connection cut after 256 KiB waits for its timeout on both ranks instead of failing at "

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
+                           TCPSTORE_GET_UNBOUNDED,
                            SPLIT_NEEDS_ACCELERATOR, AfterTimeout, Availability, BackendSpec, Gap, ResourceBudget)
 
 from backends.flight_recorders import recorder_size
@@ -32,6 +33,13 @@ NAME = "native"
 
 GAPS = (
     MONITORED_BARRIER_GLOO_ONLY,
+    # suites/faults: native's data moves through shared memory on one host, so a fault on a simulated host's
+    # link never reaches it; what does reach it is a frozen peer and the store's own connections
+    Gap({"fault": ("partition", "refused", "one_way", "flap", "slow", "lossy", "cut_after_bytes", "data_plane")},
+        "native moves data through shared memory on one host, not over the network: a fault on a simulated "
+        "host's link never reaches its collectives (only a frozen peer and the store's connections do)",
+        outcome="skip"),
+    TCPSTORE_GET_UNBOUNDED,  # torch's store, whatever the backend
     # what a native group's backend offers beyond collectives (suites/c10d/test_capabilities.py,
     # test_backend_state.py), measured on torch 2.13 at ws2 and ws3: it coalesces and shrinks (after a rank
     # left too) as it advertises, and merges (test_shrink_and_options.py); the rest c10d refuses for a plugin

@@ -138,11 +138,21 @@ void FlightRecorder::completed(int64_t id) noexcept {
   if (!entry->timeStartedNs) entry->timeStartedNs = now;
   entry->timeCompletedNs = now;
   entry->state = EntryState::completed;
+  entry->retired = true;
   if (!entry->isP2p) {
     auto& group = *entry->group;
     group.started = std::max(group.started, entry->collectiveSeqId);
     group.completed = std::max(group.completed, entry->collectiveSeqId);
   }
+}
+
+void FlightRecorder::failed(int64_t id) noexcept {
+  if (id < 0) return;
+  std::lock_guard<std::mutex> guard(lock_);
+  RecordedEntry* entry = slot(id);
+  if (!entry) return;
+  entry->retired = true;
+  if (!entry->isP2p) entry->group->completed = std::max(entry->group->completed, entry->collectiveSeqId);
 }
 
 FlightRecorder::Snapshot FlightRecorder::snapshot() {

@@ -51,6 +51,7 @@ struct RecordedEntry {
   std::vector<std::vector<int64_t>> inputSizes, outputSizes;
   std::vector<std::string> inputDtypes, outputDtypes;
   EntryState state = EntryState::scheduled;
+  bool retired = false;  // its Work ended: completed, or failed (then its state stays as it was)
   int64_t timeoutMs = 0;
   bool isP2p = false;
 };
@@ -72,7 +73,11 @@ class FlightRecorder {
                  uint64_t seq, bool p2p, const std::vector<at::Tensor>& inputs,
                  const std::vector<at::Tensor>& outputs, std::chrono::milliseconds timeout) noexcept;
   void started(int64_t id) noexcept;
-  void completed(int64_t id) noexcept;  // with an error too: the Work is retired
+  void completed(int64_t id) noexcept;
+  // The Work ended with an error: retired and counted in pg_status's last completed collective, as torch's recorders
+  // count it (ProcessGroupNCCL's watchdog: a Work with an exception isCompleted()), its state left as it was (NCCL's
+  // entry stays "started": its end event never came)
+  void failed(int64_t id) noexcept;
 
   struct Snapshot {
     int64_t capacity = 0;

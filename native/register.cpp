@@ -195,7 +195,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       d["state"] = kStates[static_cast<int>(e.state)];
       d["time_discovered_started_ns"] = e.timeStartedNs ? py::cast(e.timeStartedNs) : py::none();
       d["time_discovered_completed_ns"] = e.timeCompletedNs ? py::cast(e.timeCompletedNs) : py::none();
-      d["retired"] = e.state == native::EntryState::completed;
+      d["retired"] = e.retired;
       d["timeout_ms"] = e.timeoutMs;
       d["is_p2p"] = e.isP2p;
       entries.append(d);

@@ -70,7 +70,7 @@ void NativeWork::fail(std::exception_ptr error) {
     error_ = error;
     ended_ = Clock::now();
   }
-  recordCompletion();  // a Work that failed is retired too, as torch's recorder does
+  if (!planted(PlantedBug::fr_never_completed)) FlightRecorder::get().failed(recordId);  // retired, not completed
   future_->setError(error);
   {
     std::lock_guard<std::mutex> guard(lock_);

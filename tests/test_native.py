@@ -39,7 +39,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.parametrize("size", ["2000", "1", "0"])
 def test_own_flight_recorder_records_every_call(tmp_path, size):
     """native's own recorder (native/recorder.hpp): one entry per collective and p2p call with torch's fields, every
-    waited call "completed" (a failed one too), pg_status and pg_config per group; TORCH_FR_BUFFER_SIZE bounds the
+    waited call "completed" (a failed one retired in its state "started", and counted in pg_status as torch's
+    recorders count it), pg_status and pg_config per group; TORCH_FR_BUFFER_SIZE bounds the
     ring (1: the last entry only) and 0 turns it off."""
     pytest.importorskip("torch")
     _built()
@@ -58,7 +59,7 @@ def test_own_flight_recorder_records_every_call(tmp_path, size):
     if size == "1":  # the ring holds the newest entry only: rank 0's failed all_reduce
         (entry,) = dump["entries"]
         assert (entry["profiling_name"], entry["process_group"][0], entry["state"]) == \
-            ("native:all_reduce", short, "completed") and entry["record_id"] > 0, entry
+            ("native:all_reduce", short, "started") and entry["retired"] and entry["record_id"] > 0, entry
         return
     default = [e for e in dump["entries"] if e["process_group"] == ["0", "default_pg"]][-3:]
     assert [e["profiling_name"] for e in default] == ["native:all_reduce", "native:broadcast", "native:send 0->1"]
@@ -71,8 +72,10 @@ def test_own_flight_recorder_records_every_call(tmp_path, size):
     assert (recv["profiling_name"], recv["p2p_seq_id"]) == ("native:recv 1<-0", 1)
     (failed,) = [e for e in dump["entries"] if e["process_group"][0] == short]
     assert failed["collective_seq_id"] == 1 and failed["timeout_ms"] == 500
+    assert failed["state"] == "started" and failed["retired"] and failed["time_discovered_completed_ns"] is None, failed
     for entry in dump["entries"] + seen[1]["json"]["entries"]:
-        assert entry["state"] == "completed" and entry["retired"] and entry["time_discovered_completed_ns"] > 0, entry
+        if entry is not failed:
+            assert entry["state"] == "completed" and entry["retired"] and entry["time_discovered_completed_ns"] > 0, entry
     assert dump["pg_status"][short] == {"last_enqueued_collective": "1", "last_started_collective": "1",
                                         "last_completed_collective": "1"}
     assert dump["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}

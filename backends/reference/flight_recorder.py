@@ -20,10 +20,9 @@ read it. Like torch's recorder:
   (a p2p call at once), "completed" when its Work finished, marked before the
   Work's waiters wake, so an entry read after ``wait()`` returned is "completed";
   a Work that ended with an error (a timeout, a lost peer) is retired but never
-  "completed", nor counted in pg_status's last completed collective, as torch's
-  NCCL recorder leaves a collective whose end never came (a hang report read
-  after a fault then still shows the collective each rank failed in:
-  suites/faults/test_fault_flight_recorder.py);
+  "completed", as torch's NCCL recorder leaves a collective whose end event
+  never came, and is counted in pg_status's last completed collective, as
+  torch's recorders count it (suites/faults/test_fault_flight_recorder.py);
 * ``pg_config`` (every group's name, description and global ranks) and
   ``pg_status`` (each group's last enqueued, started and completed collective).
 
@@ -170,12 +169,15 @@ class FlightRecorder:
             self.errors += 1
 
     def failed(self, entry: Entry | None) -> None:
-        """The call's Work ended with an error: retired, its state and the group's completed count left as they were
-        (it never completed)."""
+        """The call's Work ended with an error: retired, its state left as it was (it never completed), and counted in
+        pg_status's last completed collective, as torch's recorders count it (ProcessGroupNCCL's watchdog: a Work with
+        an exception isCompleted(), and sets lastCompletedSeq; gloo likewise)."""
         if entry is None:
             return
         try:
             entry.retired = True
+            if not entry.is_p2p:
+                entry.group.completed = max(entry.group.completed, entry.collective_seq_id)
         except Exception:  # noqa: BLE001 - see record()
             self.errors += 1
 

@@ -1,10 +1,11 @@
 """Seeded bug in the reference backend's own flight recorder: a collective that failed is recorded completed.
 
 The reference records into a recorder of its own (backends/reference/flight_recorder.py). Here a Work that ended with
-an error (a timeout, a lost peer) marks its entry "completed" and counts it in pg_status's last completed collective,
-as one that succeeded does: what the reference did before the fault clauses read its recorder. Results are right and
-every call is recorded, and every clause of suites/c10d/test_flight_recorder.py still passes (they read completed
-calls), but a hang report read after a network fault says "completed #3" of the all_reduce every rank failed in.
+an error (a timeout, a lost peer) marks its entry "completed", as one that succeeded does: what the reference did
+before the fault clauses read its recorder (torch's recorders keep such an entry in the state its events reached:
+NCCL's "started", gloo's "scheduled"). Results are right and every call is recorded, and every clause of
+suites/c10d/test_flight_recorder.py still passes (they read completed calls), but a recorder read after a network
+fault says the all_reduce every rank failed in completed.
 Caught by suites/faults/test_fault_flight_recorder.py::test_the_failed_collective_is_never_recorded_completed.
 """
 
