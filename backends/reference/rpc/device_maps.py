@@ -26,11 +26,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import torch
 
-DeviceLike = int | str | torch.device
-DeviceMap = dict[torch.device, torch.device]
+DeviceLike: TypeAlias = "int | str | torch.device"
+DeviceMap: TypeAlias = "dict[torch.device, torch.device]"
 
 
 # ------------------------------------------------------------------ options

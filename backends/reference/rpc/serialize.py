@@ -63,7 +63,11 @@ def _tensor_reducer(tensor: torch.Tensor):
     if tensor.layout != torch.strided:
         raise TypeError(f"RPC sends strided (dense) tensors only, not {tensor.layout}")
     place = getattr(_tables, "place", None)
-    target = _cpu_only(tensor) if place is None else place(tensor)  # raises for a tensor that may not travel
+    if place is None:  # raises for a tensor that may not travel
+        _cpu_only(tensor)
+        target = None
+    else:
+        target = place(tensor)
     data = tensor.detach()
     if data.device.type != "cpu":
         data = data.cpu()  # the device's own copy: the transport reads host memory only
