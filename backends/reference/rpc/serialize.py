@@ -23,8 +23,7 @@ import copyreg
 import io
 import pickle
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 
@@ -130,16 +129,21 @@ class _Reusable(threading.local):
 _reusable = _Reusable()
 
 
-@contextmanager
-def placing(place: Callable[[torch.Tensor], torch.device | None] | None) -> Iterator[None]:
+class placing:
     """Within: every tensor dumped asks ``place`` where it lands (a device, None for the CPU; it raises to refuse);
-    ``place`` None: CPU tensors only."""
-    outer = getattr(_tables, "place", None)
-    _tables.place = place
-    try:
-        yield
-    finally:
-        _tables.place = outer
+    ``place`` None: CPU tensors only. A class, not a generator: it wraps every message the agent sends."""
+
+    __slots__ = ("place", "outer")
+
+    def __init__(self, place: Callable[[torch.Tensor], torch.device | None] | None) -> None:
+        self.place = place
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_tables, "place", None)
+        _tables.place = self.place
+
+    def __exit__(self, *exc) -> None:
+        _tables.place = self.outer
 
 
 def dumps(obj) -> tuple[bytes, list]:
