@@ -63,10 +63,19 @@ class AfterFaults:
 def device_maps(rank: int, devices: Sequence[str]) -> dict[str, dict[str, str]]:
     """TensorPipe's ``device_maps`` for rank ``rank`` when rank r's tensors live on ``devices[r]``: every peer's
     worker name to {this rank's device: that peer's device}. Empty when this rank is on the CPU or ``devices``
-    is empty: TensorPipe maps accelerator devices only, and without a map it refuses accelerator tensors."""
+    is empty: maps move accelerator tensors, and without a map an agent refuses them."""
     if not devices or devices[rank].split(":")[0] == "cpu":
         return {}
     return {worker_name(peer): {devices[rank]: devices[peer]} for peer in range(len(devices)) if peer != rank}
+
+
+def maps_for(spec: "AgentSpec", rank: int, devices: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The device maps the harness gives agent ``spec`` on rank ``rank`` (``device_maps``), as a user would: none
+    where the rank's device type is not one whose maps the agent takes (``AgentSpec.device_map_types``)."""
+    maps = device_maps(rank, devices)
+    if maps and spec.device_map_types is not None and devices[rank].split(":")[0] not in spec.device_map_types:
+        return {}
+    return maps
 
 
 def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, init_file: str, rpc_timeout: float,
@@ -93,7 +102,7 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
         chosen: dict = {} if spec.tensorpipe_transports is None else {"_transports": list(spec.tensorpipe_transports)}
         if spec.tensorpipe_channels is not None:
             chosen["_channels"] = list(spec.tensorpipe_channels)
-        maps = device_maps(rank, devices)
+        maps = maps_for(spec, rank, devices)
         if maps:
             chosen.update(device_maps=maps, devices=[devices[rank]])
         options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
@@ -110,13 +119,16 @@ def start_reference(spec: "AgentSpec", *, rank: int, world_size: int, store, ini
     Like torch's init_rpc, the reference one then gives its store the RPC
     timeout: what a user's agent has, so a wait that wrongly inherits it shows
     (graceful shutdown has none). Without ``init_file`` it rendezvouses on ``store``.
-    ``devices`` is not used: the reference agents take no device maps (their gap ``device_maps``).
+    ``devices`` (every rank's device): ranks on an accelerator map their own device to each peer's, as
+    TensorPipe's options do (backends/reference/rpc/device_maps.py), for any device type.
     """
     rpc = importlib.import_module(spec.module)
     rendezvous = {"init_method": f"file://{init_file}"} if init_file else {"store": store}
+    maps = maps_for(spec, rank, devices)
     options = rpc.ReferenceRpcBackendOptions(agent=spec.name, transport=spec.transport,
                                              num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
-                                             faults=faults, **rendezvous)
+                                             faults=faults, device_maps=maps,
+                                             devices=[devices[rank]] if maps else [], **rendezvous)
     rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, rpc_backend_options=options)
 
 
@@ -160,6 +172,9 @@ class AgentSpec:
     selected_by_default: bool = True
     # what its connections are after a network fault heals (None: undeclared, every rank must agree)
     after_faults: AfterFaults | None = None
+    # the device types whose tensors its options map (device_maps=, devices=); None: any. On ranks of another
+    # device type the harness starts it without maps, as a user must (maps_for), and it refuses their tensors
+    device_map_types: tuple[str, ...] | None = None
 
     def availability(self) -> Availability:
         try:
@@ -181,10 +196,6 @@ REFERENCE_GAPS = (
         "a Python agent can only fail a torch Future with Future.set_exception, which stores the exception "
         "as a value (no C++ error): torch.futures.wait_all (torch._C._collect_all) then waits for every "
         "future and raises the first failed one in list order, not the first to fail"),
-    Gap({"rpc_feature": "device_maps"},
-        "the reference agents take no device maps: ReferenceRpcBackendOptions has no device_maps or devices, "
-        "and a tensor travels as its bytes, so nothing maps an accelerator tensor to the callee's device or "
-        "refuses one without a map", outcome="skip"),
 )
 
 
@@ -280,6 +291,19 @@ TENSORPIPE = AgentSpec(
             "torch.futures.Future.set_exception stores the exception as the future's value with a "
             "Python-only unwrap function; the agent's C++ side sends that value back, so the caller "
             "gets the exception object returned instead of raised"),
+        # measured on torch 2.13 with two processes on dcdev:0 and dcdev:1 (native/device/)
+        Gap({"rpc_feature": "device_maps", "device_type": "dcdev"},
+            "TensorPipe maps CUDA devices only: TensorPipeRpcBackendOptions(device_maps={'worker1': {'dcdev:0': "
+            "'dcdev:1'}}, devices=['dcdev:0']) raises \"ValueError: `set_devices` expect a list of CUDA devices, "
+            "but got device type dcdev.\" (options.py _to_device); the same maps without devices pass the options "
+            "but init_rpc refuses them, counting devices with torch.cuda.device_count(): \"ValueError: Node worker0 "
+            "has source devices with invalid indices in its device map for worker1 / device map = "
+            "{device(type='dcdev', index=0): device(type='dcdev', index=1)} / device count = 0\" "
+            "(backend_registry.py _validate_device_maps). So on dcdev ranks it runs without maps "
+            "(device_map_types), and a dcdev tensor is refused: \"RuntimeError: TensorPipe RPC backend only "
+            "supports CPU tensors by default, please move your tensors to CPU before sending them over RPC, or call "
+            "`set_device_map` on `TensorPipeRpcBackendOptions` to explicitly configure device mapping. Request "
+            "device mapping is not available for destination worker1, but found tensor on device: dcdev:0\""),
         # suites/profiling: shows in some runs only (timing), hence intermittent. One cause for both: torch 2.13's
         # TensorPipe worker thread profiles only the first profiled request it serves
         # (python -m suites.profiling.measure --thread-reuse 4: the 4 calls served by fresh threads brought their
@@ -304,6 +328,8 @@ TENSORPIPE = AgentSpec(
     # 2.9 s sys per rank in 5 idle seconds; uv: 0.0). On a 2-core machine that starves the ranks the
     # clause is waiting on. uv is also what TensorPipe uses between hosts. tensorpipe-shm keeps shm.
     tensorpipe_transports=("uv",),
+    # its options take CUDA devices only (options.py _to_device; the gap device_maps above quotes the refusals)
+    device_map_types=("cuda",),
     # measured on torch 2.13 on simulated hosts (docs/faults.md): the pipe survives silent loss and works again
     # after healing; a reset kills it for good ("ECONNRESET: connection reset by peer (this error originated at
     # tensorpipe/transport/uv/connection_impl.cc:157)" at once, healed or not)
@@ -329,8 +355,11 @@ AGENTS: dict[str, AgentSpec] = {
         gaps=REFERENCE_GAPS + REFERENCE_FAULT_GAPS + REFERENCE_PG_FAULT_GAPS + (
             # matched on the backend under test (fixtures/rpc_plugin.py adds it to every case's needs)
             Gap({"backend": "nccl"},
-                "reference-pg frames are CPU tensors (header bytes, metadata) and NCCL moves only CUDA tensors; "
-                "PgTransport.start() refuses nccl with that reason", outcome="skip"),
+                "reference-pg's listener receives frames from any source, which ProcessGroupNCCL does not offer "
+                "(ProcessGroupNCCL.cpp recvAnysource raises NotImplementedError \"ProcessGroupNCCL does not support "
+                "recvAnysource\"): PgTransport.start() posts its first receives (frames staged through the rank's "
+                "GPU, NCCL moving CUDA tensors only) and fails with that error (torch's source; not run here)",
+                outcome="skip"),
         
             # over the reference backend (--backend reference), measured on simulated hosts, ws2 and ws3
             Gap({"backend": "reference", "fault": SILENT_FAULTS,

@@ -155,6 +155,8 @@ REQUIREMENT_KEYS: dict[str, Requirement] = {
                           "holds for it alone (e.g. a torch release breaking one call)"),
     # RPC agents (backends/rpc_agents.py)
     "backend": Requirement("the c10d backend under test, for gaps of an agent that runs over it (reference-pg)"),
+    "device_type": Requirement("the device type of the ranks' tensors (the backend spec's device_type), for gaps "
+                               "of an agent that holds on some devices only (TensorPipe's device maps)"),
     "rpc_feature": Requirement(
         "a named RPC capability",
         ("async_execution", "async_future_exception", "custom_exception_type", "device_maps", "fault_injection",

@@ -75,9 +75,11 @@ def test_build_folder_is_keyed_by_torch_and_sources_and_ignored(tmp_path, monkey
 
 
 # The bounded form of `tox -e privateuse1` that CI runs (issue 37): the clauses a vendor's first run meets, on
-# native-dcdev at world size 2 with eager init (device_id=dcdev:<rank>). The whole matrix is `tox -e privateuse1`.
+# native-dcdev at world size 2 with eager init (device_id=dcdev:<rank>), RPC's device maps with every agent
+# included. The whole matrix is `tox -e privateuse1`.
 PRIVATEUSE1_SLICE = ("suites/c10d/test_all_reduce.py", "suites/c10d/test_registration.py",
-                     "suites/c10d/test_flight_recorder.py", "suites/p2p/test_send_recv.py", "suites/ddp/test_gradients.py")
+                     "suites/c10d/test_flight_recorder.py", "suites/p2p/test_send_recv.py", "suites/ddp/test_gradients.py",
+                     "suites/rpc/test_device_maps.py")
 
 
 # The device audit on real device tensors (tests/test_device_audit.py tags CPU tensors as a stand-in device): the

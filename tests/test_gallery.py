@@ -62,10 +62,12 @@ def test_planting_a_missing_attribute_names_the_module_to_update():
 def test_every_bug_shares_a_run_but_those_that_patch_shared_code():
     """The declared alone list: each patches code every backend runs (a pickler, a harness function)."""
     alone = sorted(module for module in gallery() if not read_bug(module).shares_a_run)
-    # dcdev_*: importing one registers the dcdev device in every process of the run (torch.accelerator then reports
-    # it to every backend's ranks), and dcdev_rank_on_device_zero replaces fixtures.devices.bind_rank_to_device
+    # dcdev_*, rpc_device_map_ignored and rpc_unmapped_device_to_host: importing one registers the dcdev device in every process of the run
+    # (torch.accelerator then reports it to every backend's ranks), and dcdev_rank_on_device_zero replaces
+    # fixtures.devices.bind_rank_to_device
     assert alone == ["dcdev_early_completion", "dcdev_host_reads_device", "dcdev_rank_on_device_zero",
-                     "dist_optimizer_stale_gradients", "rpc_device_map_dropped", "rpc_parameter_as_tensor"], alone
+                     "dist_optimizer_stale_gradients", "rpc_device_map_dropped", "rpc_device_map_ignored",
+                     "rpc_parameter_as_tensor", "rpc_unmapped_device_to_host"], alone
 
 
 def test_runs_hold_every_bug_once_with_one_set_of_run_options():

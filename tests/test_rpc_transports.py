@@ -549,11 +549,12 @@ def test_send_before_start_and_to_self_are_refused():
     transport.shutdown()
 
 
-def test_nccl_is_refused_as_a_capability_limit():
-    """A default group whose backend moves no CPU tensors (nccl) is refused with a reason, before any collective."""
-    with pytest.raises(RuntimeError, match="CUDA only"):
-        pg_transport.check_backend_carries_cpu("nccl")
-    pg_transport.check_backend_carries_cpu("gloo")
+def test_a_backend_without_cpu_tensors_needs_its_device_here():
+    """Frames travel on the host over a backend that moves CPU tensors; over one that moves none (nccl) they are
+    staged through its device, and a process without that device is refused with a reason, before any collective."""
+    assert pg_transport.frame_device("gloo") is None
+    with pytest.raises(RuntimeError, match=r"only moves tensors on \['cuda'\], which this process does not have"):
+        pg_transport.frame_device("nccl")
 
 
 def test_start_without_default_group_says_what_is_missing():

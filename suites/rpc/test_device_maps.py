@@ -6,8 +6,10 @@ an agent on accelerator ranks: backends/rpc_agents.py:device_maps) sends a tenso
 callee gets it on the device the map names; the callee's tensor result comes back on the caller's device
 (TensorPipe inverts the map for replies), for rpc_sync, rpc_async and remote().to_here() alike, values
 exact. Without a map for the destination, an accelerator tensor is refused with an error naming the
-device, never moved silently to the CPU. The ranks must be on an accelerator (one GPU is enough:
-TensorPipe maps cuda:0 to cuda:0 between two processes); on CPU ranks the clauses skip saying so.
+device, never moved silently to the CPU. The ranks must be on an accelerator of any type (one GPU is
+enough: TensorPipe maps cuda:0 to cuda:0 between two processes; the dcdev test device gives rank r
+dcdev:r); on CPU ranks the clauses skip saying so. An agent whose options take another device type's
+maps only (TensorPipe: CUDA) starts without maps there, as a user's must, and its gap says so.
 """
 
 import pytest
@@ -41,7 +43,8 @@ def accelerator_ranks(backend_spec) -> None:
     """Skip, saying why, where device maps do not apply: before rpc_agent, so a skip starts no agent."""
     if backend_spec.device_type == "cpu":
         pytest.skip(f"device maps move accelerator tensors; {backend_spec.name}'s ranks are on the cpu (run the RPC "
-                    f"areas with --backend gloo-cuda or nccl on a GPU machine)")
+                    f"areas on an accelerator's backend: --backend gloo-cuda or nccl on a GPU machine, or "
+                    f"--backend-plugin native.device --backend native-dcdev anywhere)")
 
 
 @pytest.mark.needs(rpc_feature="device_maps")
@@ -59,7 +62,6 @@ def test_tensor_crosses_onto_the_mapped_device_and_back(accelerator_ranks, rpc_a
 
 
 @pytest.mark.rpc_private_agent
-@pytest.mark.needs(rpc_feature="device_maps")
 def test_unmapped_destination_refuses_accelerator_tensors(accelerator_ranks, rpc_agent):
     """Without a device map for the destination an accelerator tensor is refused with an error naming devices."""
     for rank, got in enumerate(rpc_agent.run(send_without_a_map)):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from backends.reference.rpc import ReferenceRpcBackendOptions, api, tp_codec
+from backends.reference.rpc import ReferenceRpcBackendOptions, api, device_maps, tp_codec
 from backends.reference.rpc.agent import Agent
 from backends.reference.rpc.tp_transport import TpTransport
 
@@ -58,6 +58,8 @@ def agents_with_fake_peer(dial_timeout: float = 5.0) -> Iterator[InProcessAgents
     threads = [threading.Thread(target=start, args=(agent,)) for agent in agents]
     for t in threads:
         t.start()
+    # what a worker publishes at start: its devices and device maps (none), then its name
+    store.set("agent/devices/2", device_maps.advertise("worker2", {}, []).encode())
     store.set("agent/name/2", "worker2")
     token = store.get("tp/token").decode()
     fake: list[socket.socket] = []

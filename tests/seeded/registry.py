@@ -836,6 +836,25 @@ BUGS: tuple[SeededBug, ...] = (
         needs=("cuda",),
         shares_a_run=False,
     ),
+    # Seeded bug: the reference receiver ignores the sender's device map and delivers device tensors on the host.
+    SeededBug(
+        name='rpc_device_map_ignored',
+        contract="An accelerator tensor reaches the callee on the device the map names; its reply returns on the caller's device",
+        clauses=('suites/rpc/test_device_maps.py::test_tensor_crosses_onto_the_mapped_device_and_back',),
+        suite='suites/rpc/test_device_maps.py',
+        options=('--rpc-agent', 'reference-tp',),
+        shares_a_run=False,  # registers the dcdev device in every process of its run
+    ),
+    # Seeded bug: the reference sender moves a device tensor to the host when its destination has no device map.
+    SeededBug(
+        name='rpc_unmapped_device_to_host',
+        contract='Without a device map for the destination an accelerator tensor is refused with an error naming devices',
+        clauses=('suites/rpc/test_device_maps.py::test_unmapped_destination_refuses_accelerator_tensors',),
+        suite='suites/rpc/test_device_maps.py',
+        keyword='unmapped',
+        options=('--rpc-agent', 'reference-tp',),
+        shares_a_run=False,  # registers the dcdev device in every process of its run
+    ),
     # Seeded bug: the reference caller re-raises a remote error's text without torch's unicode_escape decoding.
     SeededBug(
         name='rpc_error_text_escaped',

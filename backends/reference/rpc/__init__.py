@@ -42,7 +42,10 @@ Where they differ from torch.distributed.rpc, knowingly:
   and a call to self clones its arguments, so a small non-dense view sent to
   oneself arrives with packed strides;
 * gradients of a distributed backward are always copied into the context
-  (torch may reuse the buffer).
+  (torch may reuse the buffer);
+* device maps (``ReferenceRpcBackendOptions(device_maps=..., devices=...)``,
+  TensorPipe's rules: device_maps.py) take any device type torch knows, where
+  TensorPipe's options take CUDA devices only.
 
 Every other behaviour is torch's, checked by suites/rpc, suites/dist_autograd
 and suites/profiling on TensorPipe and both agents alike.

@@ -46,7 +46,7 @@ from functools import partial
 import torch
 from torch._C._distributed_rpc import WorkerInfo
 
-from . import builtin_ops, layers, ledger, serialize
+from . import builtin_ops, device_maps, layers, ledger, serialize
 from .envelope import Envelope, OutgoingRequest
 from .failures import Failure as _Failure
 from .failures import UdfRaised as _UdfRaised
@@ -211,10 +211,18 @@ class Agent:
         # (caller rank, msg id) -> Future of the owners' confirmations of the user RRefs that
         # request carries (owners.py confirm); the request runs once they all came
         self._confirming: dict[tuple, torch.futures.Future] = {}
+        # by rank: where the tensors of a request to it land (this worker's map for it) and those of a response
+        # to it (the inverse of its map to this worker); set at start from every worker's options (device_maps.py),
+        # None until then: CPU tensors only
+        self._request_places: list = [None] * world_size
+        self._response_places: list = [None] * world_size
 
     # ================================================================ life
     def start(self) -> None:
         store, rank = self.store, self.rank
+        # devices and maps first: a worker whose name is published has published them (one wait, not two)
+        mine = device_maps.advertise(self.name, self.options.device_maps, self.options.devices)
+        store.set(f"agent/devices/{rank}", mine.encode())
         store.set(f"agent/name/{rank}", self.name)
         names = [store.get(f"agent/name/{r}").decode() for r in range(self.world_size)]
         seen: dict[str, int] = {}
@@ -225,10 +233,32 @@ class Agent:
             seen[name] = r
         self.workers = [WorkerInfo(name, r) for r, name in enumerate(names)]
         self.by_name = {info.name: info for info in self.workers}
+        self._check_device_maps()
         for i in range(self.options.num_worker_threads):
             self._spawn(self._pool_loop, f"rpc-worker-{i}")
         self._spawn(self._watchdog, "rpc-watchdog")
         self.transport.start(rank, self.world_size, store, self._deliver, self._peer_lost)
+
+    def _check_device_maps(self) -> None:
+        """Every worker's maps, devices and accelerator, published in start(); each checks the whole world's
+        (device_maps.check_world: every worker raises the same ValueError) and keeps the inverse of each
+        peer's map to it, for its replies (TensorPipe's reverse device maps)."""
+        store, options = self.store, self.options
+        world = [device_maps.Advertised.decode(store.get(f"agent/devices/{r}")) for r in range(self.world_size)]
+        device_maps.check_world(world)
+        reverse = device_maps.reverse_maps(self.name, world)
+        self._request_places = [device_maps.placement(options.device_maps.get(info.name), info.name, "request")
+                                for info in self.workers]
+        self._response_places = [device_maps.placement(reverse.get(info.name), info.name, "response")
+                                 for info in self.workers]
+
+    def _get_device_map(self, dst: WorkerInfo) -> dict:
+        """This worker's map for ``dst`` (TensorPipeAgent::getDeviceMap): {} when it has none."""
+        return dict(self.options.device_maps.get(dst.name, {}))
+
+    def _placing(self, dst: int, request: bool):
+        """The scope in which a message to rank ``dst`` is pickled: where its tensors land (device_maps.py)."""
+        return serialize.placing((self._request_places if request else self._response_places)[dst])
 
     def _spawn(self, target, name: str) -> None:
         thread = threading.Thread(target=target, name=f"{name}-r{self.rank}", daemon=True)
@@ -360,11 +390,12 @@ class Agent:
 
     def _wrap_request(self, request: OutgoingRequest) -> tuple:
         """(kind, header, tensors) of a request, once every layer wrapped it."""
-        for layer in self._layers:
-            layer.wrap_request(self, request)
-        if request.framed is not None:
-            return request.framed
-        header, tensors = serialize.dumps(request.payload())
+        with self._placing(request.dst, request=True):
+            for layer in self._layers:
+                layer.wrap_request(self, request)
+            if request.framed is not None:
+                return request.framed
+            header, tensors = serialize.dumps(request.payload())
         return (request.kind, header, tensors)
 
     def _arm(self, deadline: float, msg_id: int) -> None:
@@ -775,12 +806,13 @@ class Agent:
         wrapped = self._wrapped.pop((dst, msg_id), None) if self._wrapped else None
         try:
             framed = None
-            if wrapped is not None:  # a layer unwrapped the request: it may frame the response
-                layer, state = wrapped
-                framed = layer.wrap_response(self, dst, state, kind, (value, fields))
-            if framed is None:
-                header, tensors = serialize.dumps((value, fields))
-            else:
+            with self._placing(dst, request=False):
+                if wrapped is not None:  # a layer unwrapped the request: it may frame the response
+                    layer, state = wrapped
+                    framed = layer.wrap_response(self, dst, state, kind, (value, fields))
+                if framed is None:
+                    header, tensors = serialize.dumps((value, fields))
+            if framed is not None:
                 kind, header, tensors = framed
         except Exception as exc:
             self._respond_error(dst, msg_id, remote_exception(self.info, exc))

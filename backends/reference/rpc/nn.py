@@ -18,8 +18,8 @@ through as RuntimeError). Parsing needs no GPU: ``"worker1/cuda:0"`` parses
 on a CPU build and fails when the module is created.
 
 Only the non-scriptable RemoteModule exists here (no ``_module_interface_cls``:
-TorchScript RPC of a module interface is TensorPipe-only), and the agents
-have no device maps, so ``is_device_map_set`` is always False.
+TorchScript RPC of a module interface is TensorPipe-only). ``is_device_map_set``
+is torch's: whether the agent has a device map for the module's worker.
 """
 
 from __future__ import annotations
@@ -207,8 +207,9 @@ class RemoteModule(nn.Module):
             raise TypeError(f"RemoteModule needs a remote device naming a worker ('<workername>/<device>' or "
                             f"'rank:<rank>/<device>'), not the local device {remote_device!r}")
         self.device = str(parsed.device())
-        rpc.get_worker_info(self.on)  # an unknown worker or rank: the agent's lookup error, now
-        self.is_device_map_set = False  # the reference agents have no device maps
+        agent = rpc._current_agent()
+        # an unknown worker or rank: the agent's lookup error, now; then torch's rule (remote_module.py _prepare_init)
+        self.is_device_map_set = bool(agent._get_device_map(agent.worker_info(self.on)))
 
     def _install_generated_methods(self) -> None:
         for method in self.generated_methods:

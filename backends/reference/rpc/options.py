@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from backends.rpc_agents import Faults
+
+from . import device_maps as maps
 
 # the transport ("module:factory", see transports.py) of each built-in reference agent;
 # another agent (a plugin's) names its own with ``transport=``
@@ -30,7 +32,10 @@ class ReferenceRpcBackendOptions:
     * ``listen_host``: where reference-tp listens; by default as TensorPipe chooses, the address of
       ``TP_SOCKET_IFNAME``'s interface when set, else loopback;
     * ``faults``: a ``backends.rpc_agents.Faults`` to drop or delay chosen
-      message kinds (wraps the transport in faulty.FaultyTransport).
+      message kinds (wraps the transport in faulty.FaultyTransport);
+    * ``device_maps``, ``devices``: TensorPipeRpcBackendOptions' (``{worker name: {my device: its device}}``,
+      the devices this worker uses), for any device type (device_maps.py); ``set_device_map`` and
+      ``set_devices`` as TensorPipe's. Read back as torch.devices.
     """
 
     agent: str = "reference-tp"
@@ -41,8 +46,13 @@ class ReferenceRpcBackendOptions:
     init_method: str | None = None
     listen_host: str | None = None
     faults: Faults | None = None
+    device_maps: dict = field(default_factory=dict)
+    devices: list = field(default_factory=list)
 
     def __post_init__(self):
+        self.device_maps = maps.to_device_maps(self.device_maps)
+        self.devices = maps.to_devices(self.devices)
+        maps.check_sources(self.device_maps, self.devices)
         if not self.transport:
             if self.agent not in TRANSPORTS:
                 raise ValueError(f"unknown reference RPC agent {self.agent!r}; known: {', '.join(AGENTS)} "
@@ -54,3 +64,23 @@ class ReferenceRpcBackendOptions:
         if isinstance(self.rpc_timeout, bool) or not isinstance(self.rpc_timeout, (int, float)) \
                 or self.rpc_timeout < 0:
             raise ValueError(f"rpc_timeout must be seconds >= 0 (0 = no timeout), got {self.rpc_timeout!r}")
+
+    def set_device_map(self, to: str, device_map: dict) -> None:
+        """Add ``device_map`` to the map for worker ``to`` (TensorPipeRpcBackendOptions.set_device_map)."""
+        added = maps.to_device_map(to, device_map)
+        merged = dict(self.device_maps.get(to, {}))
+        for source, target in added.items():
+            if source in merged and merged[source] != target:
+                # TensorPipe's text (options.py set_device_map)
+                raise ValueError(f"`set_device_map` only supports 1-to-1 mapping, trying to map {source} to {target} "
+                                 f"and {merged[source]}")
+            merged[source] = target
+        candidate = {**self.device_maps, to: maps.to_device_map(to, merged)}  # checks one-to-one again
+        maps.check_sources(candidate, self.devices)
+        self.device_maps = candidate
+
+    def set_devices(self, devices: list) -> None:
+        """The devices this worker uses (TensorPipeRpcBackendOptions.set_devices), any device type."""
+        listed = maps.to_devices(devices)
+        maps.check_sources(self.device_maps, listed)
+        self.devices = listed

@@ -72,10 +72,13 @@ listener left blocked in its receive; the group is then left as it is.
 Every other wait of a shutdown is bounded by ``SHUTDOWN_JOIN_S``, or by what is left of a graceful
 shutdown's timeout when that is shorter (the agent leaves the close at least its CLOSE_GRACE_S).
 
-Limits (capabilities, stated as errors): frames carry CPU tensors; a default
-group whose backend cannot move CPU tensors (nccl) is refused in ``start()``
-with an error that says so. Self-sends never reach a transport (the agent
-short-circuits them), which matters because gloo cannot send to its own rank.
+Over a backend that moves no CPU tensors (a vendor's registered for its device only, as native-dcdev for
+dcdev) every message of a frame is staged through this rank's device of that type (``frame_device``): copied
+onto it with the device's own copy before it is posted, received into a buffer on it and copied back to the
+host. A backend whose devices this process does not have is refused in ``start()`` with an error that says
+so, and one without receives from any source fails ``start()`` with its own error, since the listener's first
+receives are posted there (NCCL: "ProcessGroupNCCL does not support recvAnysource"). Self-sends never reach a
+transport (the agent short-circuits them), which matters because gloo cannot send to its own rank.
 """
 
 from __future__ import annotations
@@ -116,13 +119,20 @@ MAX_INFLIGHT_BYTES = 64 << 20
 # that loses its listener (the receive times out) and reports every peer lost.
 IDLE_TIMEOUT = timedelta(days=7)
 
-def check_backend_carries_cpu(backend: str) -> None:
-    """Refuse a backend that cannot send CPU tensors (nccl), before any collective call."""
+def frame_device(backend: str) -> torch.device | None:
+    """Where frames travel over ``backend``: None (the host) when it moves CPU tensors, else this rank's current
+    device of a type it moves (torch.accelerator); a backend whose devices this process lacks is refused."""
     devices = dist.Backend.backend_capability.get(str(backend).lower())
-    if devices is not None and "cpu" not in devices:
-        raise RuntimeError(f"the reference-pg RPC transport sends CPU tensors, and the backend {backend!r} "
-                           f"only moves tensors on {devices} (nccl: CUDA only); run reference-pg over a "
-                           "backend with CPU support, or use the reference-tp agent")
+    if devices is None or "cpu" in devices:
+        return None
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if accelerator is None or accelerator.type not in devices:
+        raise RuntimeError(f"the reference-pg RPC transport sends CPU tensors, or stages them through this rank's "
+                           f"accelerator when the backend moves none, and the backend {backend!r} only moves "
+                           f"tensors on {devices}, which this process does not have (its accelerator: "
+                           f"{accelerator.type if accelerator is not None else 'none'}); run reference-pg where the "
+                           "backend's device is, or use the reference-tp agent")
+    return torch.device(accelerator.type, torch.accelerator.current_device_index())
 
 
 # --------------------------------------------------------------- transport
@@ -135,6 +145,7 @@ class PgTransport(Transport):
     def __init__(self, start_timeout: float = START_TIMEOUT_S) -> None:
         self.start_timeout = start_timeout  # how long start() waits for every rank to announce itself
         self._group: dist.ProcessGroup | None = None  # set once by start(), never reset
+        self._wire: torch.device | None = None  # where frames travel: None the host, else staged (frame_device)
         self._rank = -1
         self._world_size = 0
         self._deliver: Deliver | None = None  # set by start(), before the listener starts
@@ -178,13 +189,25 @@ class PgTransport(Transport):
         self._unfinished = dict.fromkeys(self._peers(), 0)
         self._rendezvous(store)
         backend = dist.get_backend()
-        check_backend_carries_cpu(backend)
+        self._wire = frame_device(backend)
         # Every rank is present (the rendezvous said so), so the long idle timeout cannot
         # turn a missing rank into a days-long hang in new_group's own barrier.
         group = dist.new_group(backend=backend, timeout=IDLE_TIMEOUT)
         self._group = group
+        # RECV_DEPTH receives from any source stay posted, so the backend can match an
+        # incoming frame at once (gloo hands a send over only once a receive is posted, a
+        # rendezvous its own threads then finish without us). The backend matches them in
+        # the order they were posted, and the listener takes them in that order: per-peer order
+        # holds. Posted here, so a backend that has no such receive fails start() with its error.
+        for _ in range(self.recv_depth):
+            meta = torch.zeros(META_BYTES, dtype=torch.uint8, device=self._wire)
+            self._posted.append((meta, group.recv_anysource([meta], META_TAG)))
         self._listener = threading.Thread(target=self._listen, name=f"reference-pg-listener-r{rank}", daemon=True)
         self._listener.start()
+
+    def _host(self, buffer: torch.Tensor) -> torch.Tensor:
+        """A received buffer in host memory: staged ones come back with the device's own copy."""
+        return buffer if self._wire is None else buffer.cpu()
 
     def _peers(self) -> list[int]:
         return [peer for peer in range(self._world_size) if peer != self._rank]
@@ -308,11 +331,15 @@ class PgTransport(Transport):
 
     def _post(self, dst: int, meta, body, datas, nbytes: int, frames: int) -> None:
         """Post every message of one meta's frame(s) (under ``dst``'s lock); the completer awaits them."""
-        keep = [meta, body, *datas]
         works = []
         group = self._group
         assert group is not None  # a frame is queued only after _check_open found the transport started
         try:
+            if self._wire is not None:  # staged: each message onto this rank's device, with its own copy
+                meta = meta.to(self._wire)
+                body = None if body is None else body.to(self._wire)
+                datas = [data.to(self._wire) for data in datas]
+            keep = [meta, body, *datas]
             works.append(group.send([meta], dst, META_TAG))
             if body is not None:
                 works.append(group.send([body], dst, BODY_TAG))
@@ -351,19 +378,6 @@ class PgTransport(Transport):
 
     # ------------------------------------------------------------ receive
     def _listen(self) -> None:
-        group = self._group
-        assert group is not None  # start() sets the group before it starts the listener
-        # RECV_DEPTH receives from any source stay posted, so the backend can match an
-        # incoming frame at once (gloo hands a send over only once a receive is posted, a
-        # rendezvous its own threads then finish without us). The backend matches them in
-        # the order they were posted, and we take them in that order: per-peer order holds.
-        try:
-            for _ in range(self.recv_depth):
-                meta = torch.zeros(META_BYTES, dtype=torch.uint8)
-                self._posted.append((meta, group.recv_anysource([meta], META_TAG)))
-        except Exception as exc:
-            self._listener_failed(f"posting a receive from any rank failed: {exc}")
-            return
         threading.Thread(target=self._monitor, name=f"reference-pg-monitor-r{self._rank}", daemon=True).start()
         self._read_loop()
 
@@ -386,7 +400,7 @@ class PgTransport(Transport):
                     meta, work = posted.popleft()
                     work.wait()
                     src = work._source_rank()
-                    raw = meta.numpy().tobytes()  # a copy: the buffer is posted again right away
+                    raw = self._host(meta).numpy().tobytes()  # a copy: the buffer is posted again right away
                     posted.append((meta, group.recv_anysource([meta], META_TAG)))
                 except Exception as exc:
                     self._listener_failed(f"receiving from any rank failed: {exc}")
@@ -442,9 +456,9 @@ class PgTransport(Transport):
 
     def _read_rest(self, group, src: int, raw: bytes) -> list:
         def receive(nbytes: int) -> torch.Tensor:
-            buffer = torch.empty(nbytes, dtype=torch.uint8)
+            buffer = torch.empty(nbytes, dtype=torch.uint8, device=self._wire)
             group.recv([buffer], src, BODY_TAG).wait()
-            return buffer
+            return self._host(buffer)
 
         return read_frames(raw, src, receive)
 
@@ -473,6 +487,8 @@ class PgTransport(Transport):
                 self._check_open(dst, stop=True)
                 group = self._group
                 assert group is not None  # _check_open raised if the transport was never started
+                if self._wire is not None:
+                    meta = meta.to(self._wire)
                 work = group.send([meta], dst, META_TAG)
             except TransportError:
                 return  # the peer is unreachable: it needs no STOP from us

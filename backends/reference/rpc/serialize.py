@@ -1,10 +1,14 @@
 """Message headers: a pickle (protocol 5) with the tensors taken out.
 
-``dumps(obj)`` returns ``(header_bytes, tensors)``: every CPU tensor inside
+``dumps(obj)`` returns ``(header_bytes, tensors)``: every tensor inside
 ``obj`` is replaced in the pickle by its index in ``tensors`` (as torch's
 ``_InternalRPCPickler`` does), so the transport can move tensor storage as
 raw bytes and never pickles a tensor. ``loads(header, tensors)`` puts them
-back. RRefs inside ``obj`` travel as fork data (rref.py decides what a fork
+back. Inside ``placing(place)`` (the agent's scope for one message, with
+device_maps.py's ``placement`` for its destination) a tensor on a device goes
+into ``tensors`` as a host copy made by the device's own copy, and the
+pickle says on which device the receiver puts it; outside one, and for a
+tensor ``place`` refuses, only CPU tensors travel. RRefs inside ``obj`` travel as fork data (rref.py decides what a fork
 means); ``dumps`` reports every RRef it pickled so the agent can register the
 forks with their owners.
 
@@ -19,6 +23,7 @@ import copyreg
 import io
 import pickle
 import threading
+from collections.abc import Callable
 
 import torch
 
@@ -37,21 +42,47 @@ def _grad_tensor_receiver(index: int):
     return _tables.recv[index].requires_grad_()
 
 
-def _tensor_reducer(tensor: torch.Tensor):
+def _placed_tensor_receiver(index: int, device: str):
+    """A tensor the sender's device map sends to ``device``: its host copy, copied onto that device."""
+    return _tables.recv[index].to(device)
+
+
+def _placed_grad_tensor_receiver(index: int, device: str):
+    return _tables.recv[index].to(device).requires_grad_()
+
+
+def _cpu_only(tensor: torch.Tensor) -> None:
+    """Where no device map applies (outside ``placing``): a device tensor is refused, naming its device."""
     if tensor.device.type != "cpu":
-        # torch's text (rpc_async docstring): GPU tensors do not travel without a device map
-        raise TypeError(f"RPC cannot send a tensor on {tensor.device}: Using GPU tensors as arguments or return "
-                        "values is not supported; copy them to CPU first")
+        raise RuntimeError(f"RPC sends only CPU tensors here: found a tensor on device {tensor.device}, and this "
+                           "message has no device map; move it to the CPU first")
+
+
+def _tensor_reducer(tensor: torch.Tensor):
     if tensor.layout != torch.strided:
         raise TypeError(f"RPC sends strided (dense) tensors only, not {tensor.layout}")
+    place = getattr(_tables, "place", None)
+    if place is None:  # raises for a tensor that may not travel
+        _cpu_only(tensor)
+        target = None
+    else:
+        target = place(tensor)
+    data = tensor.detach()
+    if data.device.type != "cpu":
+        data = data.cpu()  # the device's own copy: the transport reads host memory only
     send = _tables.send
-    send.append(tensor.detach())
+    send.append(data)
+    index = len(send) - 1
     if tensor.requires_grad:
         graded = getattr(_tables, "graded", None)
         if graded is not None:  # dumps_graded: distributed autograd records what was sent
-            graded.append((len(send) - 1, tensor))
-        return _grad_tensor_receiver, (len(send) - 1,)
-    return _tensor_receiver, (len(send) - 1,)
+            graded.append((index, tensor))
+        if target is not None:
+            return _placed_grad_tensor_receiver, (index, str(target))
+        return _grad_tensor_receiver, (index,)
+    if target is not None:
+        return _placed_tensor_receiver, (index, str(target))
+    return _tensor_receiver, (index,)
 
 
 _rref_reducer = None  # set by rref.py (import order: rref imports serialize)
@@ -96,6 +127,23 @@ class _Reusable(threading.local):
 
 
 _reusable = _Reusable()
+
+
+class placing:
+    """Within: every tensor dumped asks ``place`` where it lands (a device, None for the CPU; it raises to refuse);
+    ``place`` None: CPU tensors only. A class, not a generator: it wraps every message the agent sends."""
+
+    __slots__ = ("place", "outer")
+
+    def __init__(self, place: Callable[[torch.Tensor], torch.device | None] | None) -> None:
+        self.place = place
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_tables, "place", None)
+        _tables.place = self.place
+
+    def __exit__(self, *exc) -> None:
+        _tables.place = self.outer
 
 
 def dumps(obj) -> tuple[bytes, list]:
