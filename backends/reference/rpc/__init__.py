@@ -54,8 +54,8 @@ and suites/profiling on TensorPipe and both agents alike.
 from torch._C._distributed_rpc import WorkerInfo
 from torch.distributed.rpc import functions
 
-from .api import (UNSET_RPC_TIMEOUT, get_rpc_timeout, get_worker_info, init_rpc, is_available, remote, rpc_async,
-                  rpc_sync, shutdown)
+from .api import (UNSET_RPC_TIMEOUT, _set_rpc_timeout, get_rpc_timeout, get_worker_info, init_rpc, is_available,
+                  remote, rpc_async, rpc_sync, shutdown)
 from .options import ReferenceRpcBackendOptions
 from .rref import RRef
 

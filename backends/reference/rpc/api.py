@@ -103,3 +103,10 @@ def get_worker_info(worker_name=None):
 
 def get_rpc_timeout() -> float:
     return _current_agent().default_timeout
+
+
+def _set_rpc_timeout(rpc_timeout: float) -> None:
+    """torch.distributed.rpc._set_rpc_timeout: the default timeout of later calls (in seconds; 0: none)."""
+    if rpc_timeout < 0:
+        raise ValueError(f"rpc_timeout must be >= 0 seconds, got {rpc_timeout}")
+    _current_agent().default_timeout = float(rpc_timeout)
