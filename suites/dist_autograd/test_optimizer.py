@@ -205,9 +205,14 @@ def test_functional_path_chosen_as_torch(rpc_agent):
         assert remote_optimizers == [], f"rank {rank}: no parameters gave {remote_optimizers}"
 
 
-@pytest.mark.parametrize("optimizer", ["SGD", "PlainSGD"])
+# Only torch's locked path: DistributedOptimizer's _LocalOptimizer.step holds a class-wide lock while it steps, but
+# the functional path (_ScriptLocalOptimizer.step, TorchScript, for torch's 8 mapped classes such as SGD) takes none,
+# so two trainers' in-place updates of one parameter can race there. Measured: a default run failed this clause
+# for "SGD" on TensorPipe itself at ws2 ("Greatest absolute difference: 0.25"), torch losing an update; torch does not
+# promise the sum on that path, so neither does this clause.
+@pytest.mark.parametrize("optimizer", ["PlainSGD"])
 def test_concurrent_trainers_lose_no_update(rpc_agent, optimizer):
-    """Every rank steps one shared parameter at once: the result is the sum of all their updates."""
+    """Every rank steps one shared parameter at once through torch's locked (non-functional) path: the result is the sum of all their updates."""
     results = rpc_agent.run(concurrent_trainers_on_shared_param, optimizer)
     n = rpc_agent.world_size
     want = torch.full((3,), -SHARED_LR * SHARED_STEPS * sum(range(1, n + 1)))
