@@ -60,4 +60,5 @@ from .options import ReferenceRpcBackendOptions
 from .rref import RRef
 
 __all__ = ["init_rpc", "shutdown", "rpc_sync", "rpc_async", "remote", "get_worker_info", "get_rpc_timeout",
-           "is_available", "functions", "RRef", "WorkerInfo", "ReferenceRpcBackendOptions", "UNSET_RPC_TIMEOUT"]
+           "is_available", "functions", "RRef", "WorkerInfo", "ReferenceRpcBackendOptions", "UNSET_RPC_TIMEOUT",
+           "_set_rpc_timeout"]
