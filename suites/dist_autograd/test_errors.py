@@ -18,14 +18,16 @@ forever (gap ``unused_send_function``).
 """
 
 import re
+import time
 
 import pytest
 import torch
 
 from fixtures import rpc_lifecycle as lifecycle
+from fixtures.rank import ctx
 from suites.dist_autograd.common import (SIMULATED, UNKNOWN, autograd, error_in_backward, fail_when_told, leaves,
                                          mul, nested_error, outcome_of, peer_name, rpc, set_backward_failure,
-                                         slow_mul, unknown_id)
+                                         since_the_stall, slow_mul, unknown_id)
 from suites.rpc.common import barrier
 from suites.rpc import udfs
 
@@ -100,7 +102,8 @@ def stalled_worker():
         t1, t2 = leaves([1.0, 2.0], [3.0, 4.0])
         with mod.context() as context_id:
             loss = rpc().rpc_sync(peer_name(), slow_mul, args=(t1, t2, STALL_S)).sum()
-            return outcome_of(mod.backward, context_id, [loss])
+            outcome = outcome_of(mod.backward, context_id, [loss])
+            return since_the_stall(outcome, time.monotonic(), (ctx.rank + 1) % ctx.world_size)
 
 
 def unused_send_function():
