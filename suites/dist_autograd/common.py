@@ -191,9 +191,7 @@ STALL_BEGAN_KEY = "stall-began/{rank}"
 def _mark_stall_began() -> None:
     """Where this worker's slow backward began (CLOCK_MONOTONIC, one clock for every rank on the machine), in the
     case's store: a caller measures its timeout from there (``since_the_stall``)."""
-    from fixtures.rank import ctx as rank_ctx  # the autograd function's own argument is named ctx
-
-    rank_ctx.store.set(STALL_BEGAN_KEY.format(rank=rank_ctx.rank), repr(time.monotonic()))
+    ctx.store.set(STALL_BEGAN_KEY.format(rank=ctx.rank), repr(time.monotonic()))
 
 
 def since_the_stall(outcome: Outcome, failed_at: float, stalled_rank: int) -> Outcome:
