@@ -142,11 +142,13 @@ class TpTransport(Transport):
             conn = _Conn(peer, sock)
             token = object()
             conn.reader = token
+            # the writer runs before the connection is published: shutdown joins the writer of every published
+            # connection, and joining a thread not yet started raises
+            conn.writer = threading.Thread(target=self._write_loop, args=(conn,), daemon=True,
+                                           name=f"rpc-tp-write-r{self.rank}-to{peer}")
+            conn.writer.start()
             self._conns[peer] = conn
             self._changed.notify_all()
-        conn.writer = threading.Thread(target=self._write_loop, args=(conn,), daemon=True,
-                                       name=f"rpc-tp-write-r{self.rank}-to{peer}")
-        conn.writer.start()
         threading.Thread(target=self._read_loop, args=(conn, token), daemon=True,
                          name=f"rpc-tp-read-r{self.rank}-from{peer}").start()
 
