@@ -41,6 +41,9 @@ class SeededBug:
     - ``torch``: the torch releases its clauses run on, a PEP 440 specifier ('' every release): on another the
       gallery skips it saying so, since those clauses skip there too (run the gallery with such a torch's python,
       e.g. the torch2141 tox env's, to judge it);
+    - ``wraps_gloo``: its backend is gloo behind tests/seeded/gloo_wrapper.py (directly, or through rpc_base,
+      rpc_profiling_base or training_base): the clean wrapper's control run (tests/test_seeded_bugs.py) covers its
+      suite, so that what fails under it is the bug, not the wrapping;
     - ``shares_a_run``: importing its module changes nothing another backend's ranks run (it
       registers its backend, and plants its bug with tests/seeded/planting.py if in shared code),
       so it may share a pytest run with other bugs; False keeps it alone.
@@ -56,6 +59,7 @@ class SeededBug:
     hangs: bool = False
     needs: tuple[str, ...] = ()
     torch: str = ""
+    wraps_gloo: bool = False
     package: str = "tests.seeded"  # where its module lives (the gallery's own tests plant from tests.harness_cases)
 
     def __post_init__(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import types
 
 import pytest
@@ -28,8 +29,8 @@ from tests.gallery_plugin import Selection, read_plan
 from tests.gallery_record import SeededBug
 from tests.gallery_verdict import CAUGHT, CRASHED, WRONG_CLAUSE, judge
 from tests.seeded.planting import plant, planted_in
-from tests.test_seeded_bugs import (BATCHES, BUGS_PER_RUN, batches, bug_modules, control_suites, gallery, read_bug,
-                                    run_bugs, suites_of)
+from tests.test_seeded_bugs import (BATCHES, BUGS_PER_RUN, SEEDED_DIR, batches, bug_modules, control_suites, gallery,
+                                    read_bug, run_bugs, suites_of)
 
 
 @pytest.fixture
@@ -152,13 +153,31 @@ def test_any_json_plan_is_read_or_refused_with_the_problem_named(tmp_path_factor
         assert all(isinstance(s.suite, str) and isinstance(s.keyword, str) for s in plan.values())
 
 
-def test_the_control_covers_every_area_and_the_rpc_files_bugs_run_over_the_backend():
-    """Every non-RPC area whole; of the RPC areas, the files a bug runs on an agent whose messages cross the backend."""
+def test_the_control_covers_what_the_wrapper_bugs_run_and_no_more():
+    """The suites of the bugs planted in the gloo wrapper; of the RPC areas, their files run over the backend."""
     suites = control_suites()
-    assert {"suites/c10d/", "suites/p2p/", "suites/ddp/", "suites/parallel/", "suites/soak/"} <= set(suites)
+    assert {"suites/c10d/test_all_reduce.py", "suites/ddp/", "suites/faults/test_network_faults.py",
+            "suites/parallel/test_fsdp.py", "suites/p2p/test_send_recv.py"} <= set(suites)
     assert "suites/rpc/test_futures.py" in suites  # rpc_pg_callback_blocks_listener, on reference-pg
+    # only the reference's bugs run there: the wrapper's verdicts say nothing about them
+    assert not {"suites/c10d/", "suites/c10d/test_lifecycle.py", "suites/soak/"} & set(suites)
     assert not any(path.startswith(("suites/rpc/", "suites/dist_autograd/", "suites/profiling/"))
                    for path in suites if path != "suites/rpc/test_futures.py")
+
+
+def _imported_bug_modules(name: str) -> set[str]:
+    with open(os.path.join(SEEDED_DIR, f"{name}.py")) as fh:
+        return set(re.findall(r"tests\.seeded\.(\w+)", fh.read())) - {name}
+
+
+def test_a_record_says_whether_its_bug_wraps_gloo_as_its_module_does():
+    """``wraps_gloo`` is True exactly for the bugs whose module builds on tests/seeded/gloo_wrapper.py."""
+    def wraps(name: str, seen: frozenset = frozenset()) -> bool:
+        return name == "gloo_wrapper" or any(wraps(other, seen | {name}) for other in
+                                             _imported_bug_modules(name) - seen)
+
+    wrong = [module for module in gallery() if read_bug(module).wraps_gloo != wraps(module)]
+    assert not wrong, f"tests/seeded/registry.py: wraps_gloo disagrees with the module's imports for {wrong}"
 
 
 def test_every_bug_module_has_one_record_and_every_record_a_module():

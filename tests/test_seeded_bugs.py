@@ -306,22 +306,23 @@ def agents_over_the_backend() -> list[str]:
 
 
 def control_suites() -> tuple[str, ...]:
-    """What the control runs: every area of suites/, but of the RPC areas only the files bugs run over the backend.
+    """What the control runs: the suites of the bugs planted in the gloo wrapper, and of those no more.
 
-    An RPC area is one a bug runs with ``--rpc-agent``. Its cases compare the
-    wrapper with gloo only on an agent whose messages cross the backend
-    (agents_over_the_backend), and no verdict reads them unless a bug runs
-    there on such an agent: those files stay (rpc/test_futures.py on
-    reference-pg today), the rest of the RPC areas go (a quarter of the
-    control's time).
+    The control (the clean wrapper against plain gloo, case by case) is what
+    lets a failure under a wrapper bug be read as that bug's, so it covers
+    every suite such a bug runs (``wraps_gloo``), and nothing else: a bug
+    planted in the reference or native backend runs on its own backend, which
+    the wrapper's verdicts say nothing about. Of the RPC areas (a bug runs
+    them with ``--rpc-agent``) only the files a wrapper bug runs on an agent
+    whose messages cross the backend (agents_over_the_backend) stay: on
+    TensorPipe or reference-tp the wrapper and gloo would compare an agent
+    with itself. A suite inside another is left to the outer one.
     """
-    bugs = [read_bug(module) for module in gallery()]
+    wrapper_bugs = [bug for bug in map(read_bug, gallery()) if bug.wraps_gloo]
     over_the_backend = agents_over_the_backend()
-    rpc_areas = {bug.suite.split("/")[1] for bug in bugs if "--rpc-agent" in bug.options}
-    kept = sorted({bug.suite for bug in bugs if any(agent in bug.options for agent in over_the_backend)})
-    areas = sorted(f"suites/{entry.name}/" for entry in os.scandir(os.path.join(REPO_ROOT, "suites"))
-                   if entry.is_dir() and not entry.name.startswith(("_", ".")) and entry.name not in rpc_areas)
-    return (*areas, *kept)
+    kept = [bug for bug in wrapper_bugs if "--rpc-agent" not in bug.options
+            or any(agent in bug.options for agent in over_the_backend)]
+    return suites_of(kept)
 
 
 @pytest.mark.starts_first

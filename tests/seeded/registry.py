@@ -21,6 +21,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_gather fills the output list in the wrong order (rotated by one).
     SeededBug(
         name='all_gather_wrong_order',
+        wraps_gloo=True,
         contract="all_gather into a list: entry i on every rank is rank i's tensor",
         clauses=('suites/c10d/test_gather_scatter.py::test_all_gather_list',),
         suite='suites/c10d/test_gather_scatter.py',
@@ -29,6 +30,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_to_all_single ignores uneven split sizes and splits evenly.
     SeededBug(
         name='all_to_all_splits_ignored',
+        wraps_gloo=True,
         contract='all_to_all_single with uneven split sizes puts every chunk in place',
         clauses=('suites/c10d/test_all_to_all.py::test_all_to_all_single',),
         suite='suites/c10d/test_all_to_all.py',
@@ -37,6 +39,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_to_all_single lays out what it receives by the *input* split sizes.
     SeededBug(
         name='all_to_all_splits_swapped',
+        wraps_gloo=True,
         contract='all_to_all_single with asymmetric uneven splits puts every chunk in place',
         clauses=('suites/c10d/test_all_to_all.py::test_all_to_all_single',),
         suite='suites/c10d/test_all_to_all.py',
@@ -45,6 +48,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the tensor form of all_gather lays the ranks' pieces out in reverse rank order.
     SeededBug(
         name='allgather_base_reversed',
+        wraps_gloo=True,
         contract='FSDP2 training for several steps equals single-process training on the whole batch',
         clauses=('suites/parallel/test_fsdp.py::test_fsdp2_matches_baseline',),
         suite='suites/parallel/test_fsdp.py',
@@ -53,6 +57,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the coalesced tensor-form all_gather lays the ranks' pieces out in reverse rank order.
     SeededBug(
         name='allgather_coalesced_reversed',
+        wraps_gloo=True,
         contract='DTensor Shard(0) -> Replicate leaves every rank its exact piece; full_tensor() is the full tensor',
         clauses=('suites/parallel/test_dtensor.py::test_redistribute',),
         suite='suites/parallel/test_dtensor.py',
@@ -61,6 +66,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_reduce SUM leaves out the last rank's contribution.
     SeededBug(
         name='allreduce_misses_last_rank',
+        wraps_gloo=True,
         contract='DTensor Partial -> Replicate leaves every rank the full tensor (one all_reduce)',
         clauses=('suites/parallel/test_dtensor.py::test_redistribute',),
         suite='suites/parallel/test_dtensor.py',
@@ -70,6 +76,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: async all_reduce reports completion before the result has landed.
     SeededBug(
         name='async_early_completion',
+        wraps_gloo=True,
         contract='all_reduce(async_op=True): after wait() the result is complete and exact',
         clauses=('suites/c10d/test_all_reduce.py::test_all_reduce_async',),
         suite='suites/c10d/test_all_reduce.py',
@@ -78,6 +85,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the distributed backward takes leaf gradients with ``torch.autograd.grad``, never running AccumulateGrad.
     SeededBug(
         name='autograd_accumulate_hooks_skipped',
+        wraps_gloo=True,
         contract="A post hook on a leaf's AccumulateGrad node runs exactly once per distributed backward; .grad stays None",
         clauses=('suites/dist_autograd/test_backward.py::test_accumulate_grad_post_hook_runs_once_per_backward',),
         suite='suites/dist_autograd/test_backward.py',
@@ -87,6 +95,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: a released context is forgotten only by its creator; the workers it reached keep it forever.
     SeededBug(
         name='autograd_context_leak',
+        wraps_gloo=True,
         contract='After the with block exits the creator has no such context and the callee loses it too',
         clauses=('suites/dist_autograd/test_cleanup.py::test_callee_releases_the_context',),
         suite='suites/dist_autograd/test_cleanup.py',
@@ -96,6 +105,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: backward returns once the caller's own part ran, without waiting for the workers it sent gradients to.
     SeededBug(
         name='autograd_early_return',
+        wraps_gloo=True,
         contract='A callee branch that does not lead back to the caller (a self-call with a slow backward) has finished when backward returns',
         clauses=('suites/dist_autograd/test_chains.py::test_backward_returns_after_every_workers_part',),
         suite='suites/dist_autograd/test_chains.py',
@@ -105,6 +115,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: distributed backward accumulates leaf gradients into ``.grad`` instead of the context.
     SeededBug(
         name='autograd_grad_attribute',
+        wraps_gloo=True,
         contract='loss = rpc_sync(peer, mul, (t1, t2)).sum(): get_gradients gives t1 -> t2 and t2 -> t1; .grad is untouched',
         clauses=('suites/dist_autograd/test_backward.py::test_one_root_gradients_land_in_the_context',),
         suite='suites/dist_autograd/test_backward.py',
@@ -114,6 +125,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: backward ignores ``retain_graph=True`` and frees every worker's graph after each pass.
     SeededBug(
         name='autograd_retain_ignored',
+        wraps_gloo=True,
         contract='Three backward passes with retain_graph=True through a remote mul leave 1x, 2x, 3x the gradient',
         clauses=('suites/dist_autograd/test_retain_graph.py::test_retain_graph_passes_accumulate',),
         suite='suites/dist_autograd/test_retain_graph.py',
@@ -123,6 +135,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the caller's send functions run on the agent thread that delivered their gradients.
     SeededBug(
         name='autograd_send_runs_off_caller',
+        wraps_gloo=True,
         contract='A profiled backward on the caller records the torch::distributed::autograd::backward range and the SendRpcBackward and RecvRpcBackward it ran',
         clauses=('suites/dist_autograd/test_profiled_backward.py::test_profiled_backward_records_its_range_and_send_and_recv_functions',),
         suite='suites/dist_autograd/test_profiled_backward.py',
@@ -132,6 +145,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: a recv function sends its gradients to the context's creator instead of the worker that sent the message.
     SeededBug(
         name='autograd_wrong_worker',
+        wraps_gloo=True,
         contract="A -> B -> A: the callee calls back into the caller; gradients equal the local graph's",
         clauses=('suites/dist_autograd/test_chains.py::test_chain_back_to_the_caller',),
         suite='suites/dist_autograd/test_chains.py',
@@ -141,6 +155,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_reduce AVG is computed as SUM (the division by world size is forgotten).
     SeededBug(
         name='avg_as_sum',
+        wraps_gloo=True,
         contract='all_reduce AVG is the mean over ranks, not the sum',
         clauses=('suites/c10d/test_all_reduce.py::test_all_reduce',),
         suite='suites/c10d/test_all_reduce.py',
@@ -149,6 +164,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_reduce reports success with stale outputs when the network fails under it.
     SeededBug(
         name='gloo_swallows_network_errors',
+        wraps_gloo=True,
         contract='under a network fault every rank\'s collective raises a RuntimeError, none succeeds',
         clauses=('suites/faults/test_network_faults.py::test_every_rank_gets_a_runtime_error',),
         suite='suites/faults/test_network_faults.py',
@@ -157,6 +173,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_reduce retries a broken connection forever instead of raising.
     SeededBug(
         name='gloo_retries_forever',
+        wraps_gloo=True,
         contract='under a network fault every call returns or raises within its timeout plus the stated slack',
         clauses=('suites/faults/test_network_faults.py::test_the_operation_ends_within_its_timeout',),
         suite='suites/faults/test_network_faults.py',
@@ -165,6 +182,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: once an all_reduce failed under a network fault, later ones report success with stale outputs.
     SeededBug(
         name='gloo_stale_after_partition',
+        wraps_gloo=True,
         contract='after healing, the group that timed out is what the backend declares (gloo: every call raises at once)',
         clauses=('suites/faults/test_network_faults.py::test_after_healing_the_group_is_as_declared',),
         suite='suites/faults/test_network_faults.py',
@@ -173,6 +191,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: abort() first waits for a barrier with the peers, which never succeeds during a partition.
     SeededBug(
         name='gloo_abort_waits_for_peers',
+        wraps_gloo=True,
         contract="aborting a group during a network fault returns within the group's timeout plus the slack",
         clauses=('suites/faults/test_network_faults.py::test_abort_returns_within_the_bound',),
         suite='suites/faults/test_network_faults.py',
@@ -181,6 +200,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: shutdown() (destroy_process_group) first waits for a barrier with the peers.
     SeededBug(
         name='gloo_shutdown_waits_for_peers',
+        wraps_gloo=True,
         contract="destroy_process_group during a network fault returns within the group's timeout plus the slack",
         clauses=('suites/faults/test_network_faults.py::test_destroy_returns_within_the_bound',),
         suite='suites/faults/test_network_faults.py',
@@ -214,6 +234,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: recv reports success with a stale buffer when the network fails under it.
     SeededBug(
         name='gloo_recv_swallows_network_errors',
+        wraps_gloo=True,
         contract='under a network fault the receiver of a p2p from the cut-off rank raises a RuntimeError',
         clauses=('suites/faults/test_network_faults.py::test_every_rank_gets_a_runtime_error',),
         suite='suites/faults/test_network_faults.py',
@@ -222,6 +243,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: barrier does not wait for the other ranks.
     SeededBug(
         name='barrier_no_wait',
+        wraps_gloo=True,
         contract='barrier: no rank leaves before the last rank has entered',
         clauses=('suites/c10d/test_barrier.py::test_barrier_waits_for_the_late_rank',),
         suite='suites/c10d/test_barrier.py',
@@ -230,6 +252,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: broadcast always sends from rank 0, whatever ``src`` says.
     SeededBug(
         name='broadcast_wrong_root',
+        wraps_gloo=True,
         contract="broadcast(src=root) leaves every rank with the root's tensor, for every root",
         clauses=('suites/c10d/test_broadcast_reduce.py::test_broadcast_from_every_root',),
         suite='suites/c10d/test_broadcast_reduce.py',
@@ -246,6 +269,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: complex tensors are all-reduced as their real view, whatever the op.
     SeededBug(
         name='complex_reduced_as_real',
+        wraps_gloo=True,
         contract="the group's allreduce of complex tensors with MIN or MAX raises",
         clauses=('suites/c10d/test_dtypes.py::test_complex_all_reduce_unordered_op_raises',),
         suite='suites/c10d/test_dtypes.py',
@@ -278,6 +302,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the reference DDP: buckets handed to the reducer in assignment order, not reversed.
     SeededBug(
         name='ddp_bucket_order_reversed',
+        wraps_gloo=True,
         contract='with find_unused_parameters buckets are reversed: bucket 0 holds the last-defined parameters',
         clauses=('suites/ddp/test_buckets.py::test_find_unused_buckets_are_reversed_with_a_small_first_bucket',),
         suite='suites/ddp/',
@@ -286,6 +311,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: every 7th all_reduce silently does nothing.
     SeededBug(
         name='ddp_drop_allreduce',
+        wraps_gloo=True,
         contract='DDP gradients equal the single-process gradients on the concatenated batch',
         clauses=('suites/ddp/test_gradients.py::test_mean_loss_gradients_equal_baseline',),
         suite='suites/ddp/test_gradients.py',
@@ -294,6 +320,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference DDP reducer never sees the distributed autograd context its hooks run in.
     SeededBug(
         name='ddp_reducer_ignores_autograd_context',
+        wraps_gloo=True,
         contract='DDP backward inside a context: get_gradients holds the average over ranks; .grad stays None',
         clauses=('suites/dist_autograd/test_ddp.py::test_ddp_inside_a_context_averages_into_the_context',),
         suite='suites/dist_autograd/test_ddp.py',
@@ -303,6 +330,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the reference DDP: under Join, gradients always divided by the initial world size.
     SeededBug(
         name='ddp_join_divide_factor',
+        wraps_gloo=True,
         contract='under Join, divide_by_initial_world_size=False averages over the ranks not yet joined',
         clauses=('suites/ddp/test_join.py::test_join_gradients_per_iteration',),
         suite='suites/ddp/test_join.py',
@@ -311,6 +339,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the reference DDP: unused parameters found, but never marked ready.
     SeededBug(
         name='ddp_unused_unmarked',
+        wraps_gloo=True,
         contract='rank-dependent control flow with find_unused_parameters gives every rank the average',
         clauses=('suites/ddp/test_unused.py::test_rank_dependent_control_flow',),
         suite='suites/ddp/test_unused.py',
@@ -319,6 +348,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: a plugin backend that leaves collective checking to torch's DETAIL wrapper, which never sees it.
     SeededBug(
         name='debug_unwrapped_gloo',
+        wraps_gloo=True,
         contract='Under TORCH_DISTRIBUTED_DEBUG=DETAIL an all_reduce with mismatched shapes raises on every rank naming both shapes',
         clauses=('suites/parallel/test_debug.py::test_detail_reports_shape_mismatch',),
         suite='suites/parallel/test_debug.py',
@@ -328,6 +358,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference DistributedOptimizer waits for its owners but drops their exceptions.
     SeededBug(
         name='dist_optimizer_errors_swallowed',
+        wraps_gloo=True,
         contract="An owner's optimizer raising in its constructor makes DistributedOptimizer(...) raise with its text",
         clauses=('suites/dist_autograd/test_optimizer.py::test_exception_in_optimizer_constructor_propagates',),
         suite='suites/dist_autograd/test_optimizer.py',
@@ -338,6 +369,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference DistributedOptimizer steps every parameter with its first gradient forever.
     SeededBug(
         name='dist_optimizer_stale_gradients',
+        wraps_gloo=True,
         contract='Weights on two other workers trained with DistributedOptimizer equal local training (same data, N steps)',
         clauses=('suites/dist_autograd/test_optimizer.py::test_training_on_two_owners_equals_local',),
         suite='suites/dist_autograd/test_optimizer.py',
@@ -348,6 +380,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: floating-point SUM/AVG adds the ranks' contributions in a varying order.
     SeededBug(
         name='float_sum_order_varies',
+        wraps_gloo=True,
         contract='all_reduce of random floats, repeated, gives identical bits every time and on every rank',
         clauses=('suites/parallel/test_determinism.py::test_all_reduce_bitwise_repeatable',),
         suite='suites/parallel/test_determinism.py',
@@ -357,6 +390,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_reduce runs on a second communicator whose sequence ids are its own.
     SeededBug(
         name='fr_sequence_per_communicator',
+        wraps_gloo=True,
         contract='each collective leaves one entry per rank with its name, sizes, dtypes, group and an agreed sequence id',
         clauses=('suites/c10d/test_flight_recorder.py::test_collectives_recorded',),
         suite='suites/c10d/test_flight_recorder.py',
@@ -365,6 +399,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug (the one in all_to_all_splits_swapped.py) seen through functional collectives.
     SeededBug(
         name='funcol_all_to_all_splits_swapped',
+        wraps_gloo=True,
         contract='funcol.all_to_all_single sends split j of rank i to rank j at position i, uneven splits',
         clauses=('suites/parallel/test_functional.py::test_funcol_all_to_all_single',),
         suite='suites/parallel/test_functional.py',
@@ -374,6 +409,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the tensor-form collectives report completion before their data has landed.
     SeededBug(
         name='funcol_wait_early',
+        wraps_gloo=True,
         contract='Collectives issued back to back complete independently: wait_tensor gives each its own exact result',
         clauses=('suites/parallel/test_functional.py::test_funcol_wait_tensor_in_flight',),
         suite='suites/parallel/test_functional.py',
@@ -383,6 +419,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: gather fills the root's list in reverse rank order.
     SeededBug(
         name='gather_list_reversed',
+        wraps_gloo=True,
         contract="gather(dst=root): entry i of the root's list is rank i's tensor, for every root",
         clauses=('suites/c10d/test_gather_scatter.py::test_gather_to_every_root',),
         suite='suites/c10d/test_gather_scatter.py',
@@ -391,6 +428,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: once an all_reduce of a group timed out, the group's next all_reduce never completes.
     SeededBug(
         name='group_hangs_after_timeout',
+        wraps_gloo=True,
         contract="after a timeout the group's next collective succeeds or fails at once, as declared; never a hang",
         clauses=('suites/c10d/test_timeouts.py::test_group_after_a_timeout_behaves_as_declared',),
         suite='suites/c10d/test_timeouts.py::test_group_after_a_timeout_behaves_as_declared',
@@ -400,6 +438,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: int64 all_reduce accumulates in float64, losing the low bits.
     SeededBug(
         name='int64_through_float64',
+        wraps_gloo=True,
         contract='all_reduce of int64 is exact (inputs near 2**55 do not fit in a double)',
         clauses=('suites/c10d/test_all_reduce.py::test_all_reduce',),
         suite='suites/c10d/test_all_reduce.py',
@@ -408,6 +447,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: a large all_reduce is split into chunks and the last chunk is never reduced.
     SeededBug(
         name='lost_chunk',
+        wraps_gloo=True,
         contract='all_reduce of a 4 MiB tensor reduces every element',
         clauses=('suites/c10d/test_all_reduce.py::test_all_reduce_shapes',),
         suite='suites/c10d/test_all_reduce.py',
@@ -513,6 +553,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_gather into non-contiguous output tensors loses the result.
     SeededBug(
         name='non_contiguous_lost',
+        wraps_gloo=True,
         contract='all_gather into a list of strided (non-contiguous) views fills the views',
         clauses=('suites/c10d/test_non_contiguous.py::test_all_gather_strided_views',),
         suite='suites/c10d/test_non_contiguous.py',
@@ -521,6 +562,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: send/recv ignore the tag; messages match in arrival order.
     SeededBug(
         name='p2p_tags_ignored',
+        wraps_gloo=True,
         contract='send/recv match by tag, not by arrival order',
         clauses=('suites/p2p/test_send_recv.py::test_tags_select_the_message',),
         suite='suites/p2p/test_send_recv.py',
@@ -529,6 +571,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: recv from any source reports the wrong sender.
     SeededBug(
         name='recv_anysource_wrong_sender',
+        wraps_gloo=True,
         contract='recv without src returns the rank that actually sent the message',
         clauses=('suites/p2p/test_send_recv.py::test_recv_any_source_reports_sender',),
         suite='suites/p2p/test_send_recv.py',
@@ -537,6 +580,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_reduce ignores the requested reduce op and always sums.
     SeededBug(
         name='reduce_op_ignored',
+        wraps_gloo=True,
         contract="all_reduce gives every rank the exact reduction of all ranks' inputs (any op)",
         clauses=('suites/c10d/test_all_reduce.py::test_all_reduce',),
         suite='suites/c10d/test_all_reduce.py',
@@ -545,6 +589,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the tensor form of reduce_scatter computes AVG as SUM.
     SeededBug(
         name='reduce_scatter_base_avg_as_sum',
+        wraps_gloo=True,
         contract='FSDP2 training for several steps equals single-process training on the whole batch',
         clauses=('suites/parallel/test_fsdp.py::test_fsdp2_matches_baseline',),
         suite='suites/parallel/test_fsdp.py',
@@ -553,6 +598,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the older method name of reduce_scatter is a stub that does nothing.
     SeededBug(
         name='reduce_scatter_base_stub',
+        wraps_gloo=True,
         contract='both method names of a single-buffer collective reach the backend with the same result',
         clauses=('suites/c10d/test_method_names.py::test_group_method_names_agree',),
         suite='suites/c10d/test_method_names.py',
@@ -561,6 +607,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the coalesced tensor-form reduce_scatter gives each rank its neighbour's chunk.
     SeededBug(
         name='reduce_scatter_coalesced_wrong_chunk',
+        wraps_gloo=True,
         contract="funcol reduce_scatter gives rank i the reduction of every rank's chunk i",
         clauses=('suites/parallel/test_functional.py::test_funcol_reduce_scatter',),
         suite='suites/parallel/test_functional.py',
@@ -570,6 +617,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: reduce_scatter (tensor form) gives each rank its neighbour's chunk.
     SeededBug(
         name='reduce_scatter_wrong_chunk',
+        wraps_gloo=True,
         contract="reduce_scatter (tensor form): rank i ends with op over every rank's i-th chunk",
         clauses=('suites/c10d/test_reduce_scatter.py::test_reduce_scatter_tensor',),
         suite='suites/c10d/test_reduce_scatter.py',
@@ -578,6 +626,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: reduce always delivers the result to rank 0, whatever ``dst`` says.
     SeededBug(
         name='reduce_to_rank_zero',
+        wraps_gloo=True,
         contract='reduce(dst=root) leaves the exact reduction over all ranks at the root, for every root',
         clauses=('suites/c10d/test_broadcast_reduce.py::test_reduce_to_every_root',),
         suite='suites/c10d/test_broadcast_reduce.py',
@@ -788,6 +837,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: RemoteModule installs ``forward`` / ``forward_async`` from functions named otherwise.
     SeededBug(
         name='remote_module_forward_unpicklable',
+        wraps_gloo=True,
         contract="rm.forward, rm.forward_async and vars(rm) pickle over RPC; the receiver's forward runs the same remote module",
         clauses=('suites/dist_autograd/test_remote_module.py::test_bound_forward_travels_over_rpc',),
         suite='suites/dist_autograd/test_remote_module.py',
@@ -798,6 +848,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference RemoteModule ignores the device of its remote device string.
     SeededBug(
         name='remote_module_ignores_device',
+        wraps_gloo=True,
         contract="'w/cpu', 'rank:N/cpu', 'rank:N', 'w' name the worker (name or rank) and device; 'w/cuda:0' parses",
         clauses=('suites/dist_autograd/test_remote_module.py::test_remote_device_valid_forms',),
         suite='suites/dist_autograd/test_remote_module.py',
@@ -808,6 +859,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference callee runs a builtin's name as the first callable torch's table lists under it.
     SeededBug(
         name='rpc_builtin_resolves_math',
+        wraps_gloo=True,
         contract='A torch builtin runs as its aten operator: torch.cos of a one-element tensor returns a tensor, math.cos a float',
         clauses=('suites/rpc/test_fidelity.py::test_builtins_run_the_torch_operator',),
         suite='suites/rpc/test_fidelity.py',
@@ -818,6 +870,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference caller sends a builtin call whose arguments no schema of the operator takes.
     SeededBug(
         name='rpc_builtin_unmatched_sent',
+        wraps_gloo=True,
         contract='A torch builtin runs as its aten operator: torch.cos of a one-element tensor returns a tensor, math.cos a float',
         clauses=('suites/rpc/test_fidelity.py::test_builtins_run_the_torch_operator',),
         suite='suites/rpc/test_fidelity.py',
@@ -858,6 +911,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference caller re-raises a remote error's text without torch's unicode_escape decoding.
     SeededBug(
         name='rpc_error_text_escaped',
+        wraps_gloo=True,
         contract="A re-raised remote error's text is unicode_escape-decoded as torch does: repr's \\n is a line break",
         clauses=('suites/rpc/test_fidelity.py::test_remote_error_text_is_decoded_as_torch_decodes_it',),
         suite='suites/rpc/test_fidelity.py',
@@ -868,6 +922,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference RPC agent swallows a remote function's exception and answers None.
     SeededBug(
         name='rpc_exception_swallowed',
+        wraps_gloo=True,
         contract="A remote function's exception is re-raised on the caller with its type and message",
         clauses=('suites/rpc/test_errors.py::test_remote_exception_keeps_type_and_message',),
         suite='suites/rpc/test_errors.py',
@@ -877,6 +932,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference RPC agent loses a call's own timeout and waits the agent's default instead.
     SeededBug(
         name='rpc_lost_timeout',
+        wraps_gloo=True,
         contract="A call (or to_here) whose callee computes longer than timeout= fails with the agent's timeout error",
         clauses=('suites/rpc/test_timeouts.py::test_slow_callee_times_out',),
         suite='suites/rpc/test_timeouts.py',
@@ -886,6 +942,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference RPC pickler sends an nn.Parameter as a plain tensor.
     SeededBug(
         name='rpc_parameter_as_tensor',
+        wraps_gloo=True,
         contract='An nn.Parameter arrives as an nn.Parameter (requires_grad kept, a leaf), sent or inside a returned module',
         clauses=('suites/rpc/test_fidelity.py::test_parameter_keeps_its_class',),
         suite='suites/rpc/test_fidelity.py',
@@ -896,6 +953,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: reference-pg completes futures on its only listener thread and never hands receiving on.
     SeededBug(
         name='rpc_pg_callback_blocks_listener',
+        wraps_gloo=True,
         contract='A then() callback that waits on another RPC to the same peer completes (tensor([3., 3.])), no deadlock',
         clauses=('suites/rpc/test_futures.py::test_then_callback_may_wait_on_another_rpc',),
         suite='suites/rpc/test_futures.py',
@@ -905,6 +963,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the callee answers with the events recorded when the function returned, missing async work.
     SeededBug(
         name='rpc_profiling_async_missed',
+        wraps_gloo=True,
         contract="the callee's events are collected when the response is complete (async_execution work included)",
         clauses=('suites/profiling/test_parity.py::test_nested_async_events_match_tensorpipe',),
         suite='suites/profiling/',
@@ -914,6 +973,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: a profiled Python function that raises answers with its error but without its events.
     SeededBug(
         name='rpc_profiling_error_events_dropped',
+        wraps_gloo=True,
         contract="a profiled Python function that raises brings its error and the callee's events back (TensorPipe parity)",
         clauses=('suites/profiling/test_parity.py::test_events_match_tensorpipe',),
         suite='suites/profiling/',
@@ -923,6 +983,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: remote events lose the callee's node id and show the caller's.
     SeededBug(
         name='rpc_profiling_lost_node_id',
+        wraps_gloo=True,
         contract='remote events keep the node id (rank) of the worker that ran them',
         clauses=('suites/profiling/test_parity.py::test_events_match_tensorpipe',),
         suite='suites/profiling/',
@@ -932,6 +993,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the callee ignores record_shapes from the envelope, so remote ops have no input shapes.
     SeededBug(
         name='rpc_profiling_shapes_dropped',
+        wraps_gloo=True,
         contract="with record_shapes a remote op's input shapes equal the same op profiled locally",
         clauses=('suites/profiling/test_parity.py::test_events_match_tensorpipe',),
         suite='suites/profiling/',
@@ -941,6 +1003,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the RPC's profiling key drops the spaces around "->" ("rpc_sync#aten::add(worker0->worker1)").
     SeededBug(
         name='rpc_profiling_wrong_key',
+        wraps_gloo=True,
         contract='the RPC event is named rpc_{mode}#{name}({src} -> {dst}), remote events key#remote_op: op',
         clauses=('suites/profiling/test_parity.py::test_events_match_tensorpipe',),
         suite='suites/profiling/',
@@ -950,6 +1013,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference RPC agent sends each reply to the worker whose request arrived last.
     SeededBug(
         name='rpc_reply_wrong_caller',
+        wraps_gloo=True,
         contract='A worker calling itself by its own name runs the function locally and gets the result; many calls in flight from every worker to every worker: each reply comes from the callee asked',
         clauses=('suites/rpc/test_calls.py::test_call_to_self',),
         suite='suites/rpc/test_calls.py',
@@ -959,6 +1023,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: graceful shutdown gives up on late workers after the RPC timeout.
     SeededBug(
         name='rpc_shutdown_inherits_rpc_timeout',
+        wraps_gloo=True,
         contract="Graceful shutdown waits for a worker that reaches it 3 RPC timeouts later; every worker's returns",
         clauses=('suites/rpc/test_shutdown.py::test_graceful_shutdown_waits_for_a_late_worker_beyond_the_rpc_timeout',),
         suite='suites/rpc/test_shutdown.py',
@@ -968,6 +1033,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: graceful shutdown ignores the timeout it was given and waits for the other workers without bound.
     SeededBug(
         name='rpc_shutdown_ignores_its_timeout',
+        wraps_gloo=True,
         contract="Under a partition, with a call in flight across it, shutdown(graceful=True, timeout=2) ends within 2 s + slack",
         clauses=('suites/faults/test_rpc_faults.py::test_graceful_shutdown_ends_within_its_timeout',),
         suite='suites/faults/test_rpc_faults.py',
@@ -977,6 +1043,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: reference-pg's close waits its own 10 s for the peers' STOP frames, whatever the shutdown's timeout.
     SeededBug(
         name='rpc_pg_close_ignores_the_shutdown_timeout',
+        wraps_gloo=True,
         contract="Under a partition, with a call in flight across it, shutdown(graceful=True, timeout=2) ends within 2 s + slack",
         clauses=('suites/faults/test_rpc_faults.py::test_graceful_shutdown_ends_within_its_timeout',),
         suite='suites/faults/test_rpc_faults.py',
@@ -986,6 +1053,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: reference-pg's transport waits a fixed minute for its peers to announce themselves.
     SeededBug(
         name='rpc_pg_start_waits_a_minute',
+        wraps_gloo=True,
         contract="With a peer frozen before init_rpc, init_rpc and the first call end within the agent's RPC timeout + slack",
         clauses=('suites/faults/test_rpc_faults.py::test_connecting_ends_within_the_agent_timeout',),
         suite='suites/faults/test_rpc_faults.py',
@@ -996,6 +1064,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference-tp agent connects with a fixed minute instead of the agent's RPC timeout.
     SeededBug(
         name='rpc_connect_ignores_its_timeout',
+        wraps_gloo=True,
         contract="With a partition in place before init_rpc, init_rpc and the first call end within the agent's RPC timeout + slack",
         clauses=('suites/faults/test_rpc_faults.py::test_connecting_ends_within_the_agent_timeout',),
         suite='suites/faults/test_rpc_faults.py',
@@ -1005,6 +1074,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: reference-tp sends every tensor row-major, so a transpose arrives contiguous.
     SeededBug(
         name='rpc_strides_lost',
+        wraps_gloo=True,
         contract='A transposed, permuted, channels_last or expanded tensor arrives with its strides, as argument and as result',
         clauses=('suites/rpc/test_fidelity.py::test_strides_survive_rpc',),
         suite='suites/rpc/test_fidelity.py',
@@ -1015,6 +1085,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: a user that receives an RRef forked by another user never asks the owner to confirm it.
     SeededBug(
         name='rref_fork_never_confirmed',
+        wraps_gloo=True,
         contract='A function receiving a user RRef forked by another user sees confirmed_by_owner() True (the owner confirmed first)',
         clauses=('suites/rpc/test_fidelity_more.py::test_forked_user_rref_is_confirmed_inside_the_callee',),
         suite='suites/rpc/test_fidelity_more.py',
@@ -1024,6 +1095,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: an RRef's owner answers local_value() only once remote() has built the value, and refuses before.
     SeededBug(
         name='rref_owner_refuses_unbuilt',
+        wraps_gloo=True,
         contract='An RRef sent to its owner while remote() still builds the value works there, even in a call to self',
         clauses=('suites/rpc/test_rrefs.py::test_rref_reaches_owner_before_its_value',),
         suite='suites/rpc/test_rrefs.py',
@@ -1033,6 +1105,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: ``rref.remote().method()`` sends the call without checking the owner's value type first.
     SeededBug(
         name='rref_remote_proxy_unchecked',
+        wraps_gloo=True,
         contract="rref.remote().missing_method() raises AttributeError at the call (the owner's value type is checked first)",
         clauses=('suites/rpc/test_fidelity_more.py::test_remote_proxy_of_a_missing_method_raises_at_the_call',),
         suite='suites/rpc/test_fidelity_more.py',
@@ -1042,6 +1115,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: scatter hands out the root's list in reverse order.
     SeededBug(
         name='scatter_ignores_root_order',
+        wraps_gloo=True,
         contract="scatter(src=root): rank i receives entry i of the root's list",
         clauses=('suites/c10d/test_gather_scatter.py::test_scatter_from_every_root',),
         suite='suites/c10d/test_gather_scatter.py',
@@ -1050,6 +1124,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: set_timeout is kept by the group but never reaches the backend.
     SeededBug(
         name='set_timeout_dropped',
+        wraps_gloo=True,
         contract='the timeout a group is given is the timeout its backend reports',
         clauses=('suites/c10d/test_capabilities.py::test_group_options_round_trip',),
         suite='suites/c10d/test_capabilities.py',
@@ -1058,6 +1133,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: all_reduce AVG on a subgroup divides by the world size, not the group size.
     SeededBug(
         name='subgroup_avg_by_world_size',
+        wraps_gloo=True,
         contract="Each mesh dimension's group holds exactly the ranks sharing the other coordinates; all_reduce over it sums (and averages) them",
         clauses=('suites/parallel/test_dtensor.py::test_device_mesh_dims',),
         suite='suites/parallel/test_dtensor.py',
@@ -1068,6 +1144,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: a subgroup's broadcast translates its root from global to group rank a second time.
     SeededBug(
         name='subgroup_root_translated_twice',
+        wraps_gloo=True,
         contract='broadcast on a subgroup takes src as a global rank and reaches only the members',
         clauses=('suites/c10d/test_subgroups.py::test_subgroup_broadcast_global_root',),
         suite='suites/c10d/test_subgroups.py',
@@ -1077,6 +1154,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the backend caps every timeout at its own short one; a group asking for longer times out early.
     SeededBug(
         name='timeout_capped',
+        wraps_gloo=True,
         contract="a rank that comes late but well within the group's timeout does not make the others time out",
         clauses=('suites/c10d/test_timeouts.py::test_late_rank_within_group_timeout_succeeds',),
         suite='suites/c10d/test_timeouts.py::test_late_rank_within_group_timeout_succeeds',
@@ -1085,6 +1163,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the group's timeout is ignored; a collective a peer skips blocks forever.
     SeededBug(
         name='timeout_ignored',
+        wraps_gloo=True,
         contract="a collective one rank skips raises within the group's timeout",
         clauses=('suites/c10d/test_timeouts.py::test_skipped_collective_raises_within_group_timeout',),
         suite='suites/c10d/test_timeouts.py',
@@ -1094,6 +1173,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: uint8 data moved by broadcast, all_gather, gather and scatter saturates at 127.
     SeededBug(
         name='uint8_saturates_at_127',
+        wraps_gloo=True,
         contract='all_gather_object / broadcast_object_list / gather_object / scatter_object_list return equal objects',
         clauses=('suites/c10d/test_objects.py::test_all_gather_object',),
         suite='suites/c10d/test_objects.py',
