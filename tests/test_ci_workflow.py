@@ -225,6 +225,28 @@ def test_ci_runs_one_other_torch_release_through_its_tox_env():
     assert 'tox -e "torch$lane"' in run
 
 
+@pytest.mark.parametrize("lane_rc, pytest_rc, expect", [(0, 0, 0), (3, 0, 3), (3, 1, 1), (0, 1, 1)])
+def test_the_lane_runs_beside_the_project_tests_and_either_failing_fails_the_run(tmp_path, lane_rc, pytest_rc, expect):
+    """The project's tests start while the lane still runs; the run waits for both and fails when either failed."""
+    root = checkout(tmp_path)
+    (root / ".venv" / "bin" / "python").unlink()
+    stand_in(root / ".venv" / "bin" / "python", f'[ "$1" = -m ] || exec {sys.executable} "$@"\n'
+                                                f'echo "pytest $*" >> "{tmp_path}/calls"; exit {pytest_rc}\n')
+    (root / STAMP).write_text(hashlib.sha256((root / "requirements.txt").read_bytes()).hexdigest() + "\n")
+    # python3 -m venv .tox/.runner makes the lane's tox: it lasts a second, then ends with lane_rc
+    lane_python = (f'#!/bin/sh\ncase "$*" in "-m tox "*) sleep 1; echo "lane done" >> "{tmp_path}/calls"; exit {lane_rc};; '
+                   f'esac\nexit 0\n')
+    venv = (f'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && printf \'%s\' \'{lane_python}\' > "$3/bin/python" '
+            f'&& chmod +x "$3/bin/python"; exit 0; fi\nexec {sys.executable} "$@"\n')
+    tools = {name: f'exec {shutil.which(name)} "$@"\n' for name in ("mkdir", "chmod", "sleep")}
+    ran = subprocess.run([str(root / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PATH": system_path(tmp_path, **tools, **{"c++": ""}, python3=venv),
+                              "DISTCONFORM_CI_CACHE": "", "DISTCONFORM_TORCH_LANE": "2141"})
+    assert ran.returncode == expect, ran.stderr
+    assert calls(tmp_path) == ["pytest -m pytest tests/", "lane done"], "the tests waited for the lane"
+    assert ("the torch2141 lane failed" in ran.stderr) == (lane_rc != 0), ran.stderr
+
+
 def test_ci_run_keeps_the_native_build_in_a_cache_outside_the_clone(tmp_path):
     """A finished native build is saved after the tests and restored into the next fresh clone; a failed one is not."""
     cache = tmp_path / "cache"
