@@ -108,6 +108,8 @@ class ReportCollector:
         meta = {
             "backends": config.getoption("backend"),
             "world_sizes": config.getoption("world_size"),
+            # what the run's default forms left out (fixtures/hookspecs.py: pytest_distconform_left_out)
+            "left_out": [line for lines in config.hook.pytest_distconform_left_out(config=config) for line in lines],
             "debug_levels": ",".join(sorted({r.debug_level for r in self.records.values() if r.debug_level})),
             # per world, why its debug level did not take effect (a DETAIL that torch did not wrap)
             "debug_levels_not_in_effect": views.levels_not_in_effect(self.records.values()),

@@ -43,6 +43,8 @@ def _header(records, meta: dict) -> list[str]:
     counts = views.totals(records)
     total = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts.get(o))
     lines = [_title(counts), "", " · ".join(facts), "", f"{len(records)} cases: {total}", ""]
+    for why in meta.get("left_out") or []:  # a default form's share: cases that did not run are not passes
+        lines += [f"Left out by default: {why}.", ""]
     not_in_effect = meta.get("debug_levels_not_in_effect") or views.levels_not_in_effect(records)
     if not_in_effect:  # these worlds' cases ran at no level they claim: said before any count of them
         lines += ["Debug levels not in effect (their cases ran unchecked by torch's wrapper):"]

@@ -8,6 +8,7 @@ from tests.harness_cases.procs import finish_pytest, run_pytest, start_pytest, w
 
 ALL_REDUCE = "suites/c10d/test_all_reduce.py"
 HANG_CRASH = "tests/harness_cases/case_hang_crash.py"
+WAITING = "suites/c10d/test_timeouts.py"  # every clause marked `waits`
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -36,9 +37,26 @@ def cheap_runs(tmp_path_factory):
         "nccl_refused": [ALL_REDUCE, "--backend", "gloo,nccl", "--world-size", "2"],
         "collect": [ALL_REDUCE, "--collect-only", "-q"],
         "collect_k": [ALL_REDUCE, "--collect-only", "-q", "-k", "gloo-ws3 and float32-sum"],
+        "waits_default": [WAITING, "--collect-only", "-q"],
+        "waits_named": [WAITING, "--collect-only", "-q", "--world-size", "2,3"],
     }
     handles = {name: start_pytest(args, base / name) for name, args in specs.items()}
     return {name: finish_pytest(handle) for name, handle in handles.items()}
+
+
+def test_a_waiting_clause_runs_at_one_size_unless_the_sizes_are_named(cheap_runs):
+    """Without --world-size a clause marked `waits` keeps its smallest allowed size; --world-size 2,3 runs both."""
+    default, named = cheap_runs["waits_default"], cheap_runs["waits_named"]
+    assert default.returncode == 0 and named.returncode == 0, default.output + named.output
+    assert "-ws2" in default.output and "-ws3" not in default.output, default.output
+    assert "-ws2" in named.output and "-ws3" in named.output, named.output
+
+
+def test_the_summary_says_what_a_default_form_left_out():
+    from reports.markdown import render
+
+    text = render([], {"left_out": ["clauses marked `waits` ran at one world size"]})
+    assert "Left out by default: clauses marked `waits` ran at one world size." in text
 
 
 def test_unknown_backend_is_a_one_line_usage_error(cheap_runs):

@@ -52,7 +52,7 @@ from suites.c10d.timeouts import (
 )
 from suites.checks import expect_tensor
 
-pytestmark = pytest.mark.needs(feature="group_timeout")
+pytestmark = [pytest.mark.needs(feature="group_timeout"), pytest.mark.waits]  # every clause waits on a timeout or a late rank
 
 TIMEOUT_S = 0.5
 # The negative twins: a rank this late against a timeout this long has seconds of slack on a loaded machine,

@@ -105,6 +105,7 @@ def test_nested_chain_is_released_end_to_end(rpc_agent):
 
 
 @pytest.mark.rpc_private_agent
+@pytest.mark.waits  # torch's retry back-off: 1 s, then 1.5 s, then 2.25 s
 def test_release_is_retried_when_sends_fail(rpc_agent):
     """The first three clean-up sends to the callee fail (fault injection): retried as torch does (1 s, then x1.5), the callee still loses the context."""
     for rank, (had, here, result) in enumerate(rpc_agent.run(released_despite_failed_sends)):
@@ -141,6 +142,7 @@ def exit_while_the_peer_is_busy():
     return exited_first, _gone_everywhere(context_id, [peer_name()])
 
 
+@pytest.mark.waits  # the peer's request threads sleep 1.5 s, twice over
 def test_exit_does_not_wait_for_the_peers(rpc_agent):
     """Leaving the with block while the callee's request threads are all busy returns before any of them is free; the callee releases the context once it can."""
     for rank, (exited_first, result) in enumerate(rpc_agent.run(exit_while_the_peer_is_busy)):

@@ -176,6 +176,7 @@ def test_forward_error_inside_a_context(rpc_agent):
 
 
 @pytest.mark.rpc_private_agent
+@pytest.mark.waits  # the worker's backward stalls 4 s
 def test_worker_stalled_mid_backward_fails_within_the_timeout(rpc_agent):
     """The callee's part of the pass blocks past the RPC timeout: backward raises the agent's timeout error within the timeout (plus slack), never hangs."""
     for rank, outcome in enumerate(rpc_agent.run(stalled_worker)):
@@ -186,6 +187,7 @@ def test_worker_stalled_mid_backward_fails_within_the_timeout(rpc_agent):
 
 @pytest.mark.rpc_private_agent
 @pytest.mark.needs(rpc_feature="unused_send_function")
+@pytest.mark.waits  # the RPC timeout expires
 def test_unused_send_function_fails_within_the_timeout(rpc_agent):
     """An RPC recorded in the context that does not contribute to the loss: backward fails within the RPC timeout naming the send function that got no gradients."""
     for rank, (sends, outcome) in enumerate(rpc_agent.run(unused_send_function)):

@@ -23,6 +23,8 @@ from suites.rpc.call_modes import CALLS, FUNCTION_CALLS, REMOTE, RPC_SYNC
 from suites.rpc.common import outcome_of, peer_name
 from fixtures.rank import ctx
 
+pytestmark = pytest.mark.waits  # every clause waits on a timeout or a delayed message
+
 TIMEOUT_S = 0.4
 DELAY_S = 0.9  # how long fault injection holds back a delayed request
 SLACK_S = 2.0  # generous: two cores are shared by many processes
