@@ -94,6 +94,10 @@ STAMP = ".venv/.distconform-requirements.sha256"
 
 
 def stand_in(path: Path, script: str) -> None:
+    # a stand-in replaces what is there, never writes through it: system_path links real tools (python3 is a pyenv
+    # shim here), and writing to the link once rewrote the machine's python3
+    if path.is_symlink() or path.exists():
+        path.unlink()
     path.write_text("#!/bin/sh\n" + script)
     path.chmod(0o755)
 
