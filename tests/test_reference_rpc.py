@@ -139,6 +139,27 @@ def same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
     return torch.equal(got.contiguous().reshape(-1).view(torch.uint8), want.contiguous().reshape(-1).view(torch.uint8))
 
 
+def test_shutdown_at_once_after_start_meets_only_running_writers(monkeypatch):
+    """start() returns once every peer's connection is published, and a connection is published only with its writer
+    running: a shutdown at once joins running writers (CI once saw "cannot join thread before it is started")."""
+    real_start = threading.Thread.start
+
+    def slow_writer_start(thread):
+        # a connection the listener adopts (rank 0's, dialled by rank 1) starts its writer late: the window in which
+        # the connection was published and rank 0's start() could return with that writer not started
+        if thread.name.startswith("rpc-tp-write") and threading.current_thread().name.startswith("rpc-tp"):
+            time.sleep(0.5)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", slow_writer_start)
+    _, transports, _, threads, errors = start_transports(2)
+    for t in threads:
+        t.join(15)
+    assert not errors, errors
+    for t in transports.values():
+        t.shutdown()
+
+
 def test_send_to_unknown_rank_and_unsupported_dtype(pair):
     """Sending to a rank that is not a peer, or a dtype the wire has no code for, raises TransportError naming it."""
     transports, _ = pair
