@@ -484,9 +484,10 @@ def test_a_needs_marker_with_an_unknown_value_stops_collection_naming_it(tmp_pat
         in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
 
 
-def test_a_gap_that_breaks_the_backend_gets_its_world_replaced(tmp_path):
-    """consequence="breaks_backend": the case runs (a strict xfail) in the world it shares with the case before,
-    and the case after gets new rank processes (fresh groups in the old ones would inherit the broken state)."""
+def test_a_gap_that_breaks_the_backend_or_a_rank_gets_its_world_replaced(tmp_path):
+    """consequence="breaks_backend" or "kills_rank": the case runs (a strict xfail) in the world it shares with the
+    case before, and the case after gets new rank processes (fresh groups in the old ones would inherit the broken
+    state; a rank whose heap the gap corrupted crashes later, in whatever case comes next)."""
     import json
     import os
     import subprocess
@@ -497,11 +498,12 @@ def test_a_gap_that_breaks_the_backend_gets_its_world_replaced(tmp_path):
     env = {**{k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")},
            "DISTCONFORM_TEST_PIDS": str(pids)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/harness_cases/breaks_backend.py", "--backend",
-                           "gloo_breaks", "--backend-plugin", "tests.harness_cases.breaks_backend", "--world-size", "2",
+                           "gloo_breaks,gloo_corrupts", "--backend-plugin", "tests.harness_cases.breaks_backend", "--world-size", "2",
                            "-n", "0", "-q", "-p", "no:cacheprovider", "--report-dir", str(tmp_path / "report")],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "2 passed, 1 xfailed" in proc.stdout, proc.stdout[-2000:]
+    assert "4 passed, 2 xfailed" in proc.stdout, proc.stdout[-2000:]
     seen = dict(json.loads(line) for line in pids.read_text().splitlines())
-    assert seen["before"] == seen["breaks"], seen
-    assert not set(seen["after"]) & set(seen["breaks"]), seen
+    for world in ("gloo_breaks-ws2", "gloo_corrupts-ws2"):
+        assert seen[f"{world}/before"] == seen[f"{world}/breaks"], seen
+        assert not set(seen[f"{world}/after"]) & set(seen[f"{world}/breaks"]), seen

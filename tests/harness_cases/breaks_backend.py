@@ -27,15 +27,23 @@ def _create(store, rank, world_size, timeout):
 if NAME.upper() not in dist.Backend._plugins:  # importing twice must not fail
     dist.Backend.register_backend(NAME, _create, devices=["cpu"])
 
-DISTCONFORM_SPEC = BackendSpec(
-    name=NAME, description="gloo as a plugin whose one declared deviation leaves the backend broken",
-    gaps=(Gap({"clause": "test_breaks_the_backend"}, "the deviation leaves the backend broken",
-              consequence="breaks_backend"),))
+CORRUPTS = "gloo_corrupts"  # the same, its deviation declared as a heap it corrupts: a rank crashes later
+if CORRUPTS.upper() not in dist.Backend._plugins:
+    dist.Backend.register_backend(CORRUPTS, _create, devices=["cpu"])
+
+DISTCONFORM_SPEC = [
+    BackendSpec(name=NAME, description="gloo as a plugin whose one declared deviation leaves the backend broken",
+                gaps=(Gap({"clause": "test_breaks_the_backend"}, "the deviation leaves the backend broken",
+                          consequence="breaks_backend"),)),
+    BackendSpec(name=CORRUPTS, description="gloo as a plugin whose one declared deviation corrupts a rank's heap",
+                gaps=(Gap({"clause": "test_breaks_the_backend"}, "the deviation corrupts the heap: a rank crashes "
+                          "later", consequence="kills_rank"),)),
+]
 
 
 def _record(name: str, world) -> None:
     with open(os.environ[PIDS_ENV], "a") as fh:
-        fh.write(json.dumps([name, world.run(os.getpid)]) + "\n")
+        fh.write(json.dumps([f"{world.name}/{name}", world.run(os.getpid)]) + "\n")
 
 
 def test_before(world):
