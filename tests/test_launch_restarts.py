@@ -86,6 +86,9 @@ def test_journal_replays_finished_cases_and_fails_the_one_the_world_broke_under(
     from fixtures.launch.journal import JOURNAL_NAME, RunJournal
 
     monkeypatch.chdir(tmp_path)
+    # pytest.main in this process reads the caller's PYTEST_ADDOPTS (a CI run with --durations in it made the
+    # second attempt's arguments differ from the journal's, so it ran test_b again instead of replaying it)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
     (tmp_path / "test_cases.py").write_text(JOURNAL_CASES)
     args = ["test_cases.py", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
