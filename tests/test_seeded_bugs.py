@@ -201,7 +201,7 @@ BUILD_TIMEOUT_S = 900
 
 def builds_of(bug: SeededBug) -> list[str]:
     """The build modules (native/build.py, native/device/build.py) whose extension ``bug``'s module plants into."""
-    with open(os.path.join(REPO_ROOT, *bug.module.split(".")) + ".py") as fh:
+    with open(os.path.join(REPO_ROOT, bug.path)) as fh:
         source = fh.read()
     return [build for base, builds in CPP_BUILDS.items() if f"from {base} import" in source for build in builds]
 
@@ -232,9 +232,9 @@ def run_bugs(tmp_path, bugs: tuple[SeededBug, ...]) -> tuple[dict, str, list[Fai
              "--gallery-failures", str(tmp_path / "failures.json"), *bugs[0].options]
     if bugs[0].hangs:
         extra += ["--deadline", str(HANG_DEADLINE_S)]
-    finish_builds(bugs)
     for bug in bugs[1:]:
         extra += ["--backend-plugin", bug.module]
+    finish_builds(bugs)  # before the run's clock starts
     document, tail, why = _run_suite(tmp_path, bugs[0].module, ",".join(bug.backend for bug in bugs), *extra,
                                      timeout=BUG_TIMEOUT_S, suites=suites_of(bugs))
     if document is None:
