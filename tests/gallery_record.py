@@ -15,6 +15,9 @@ from dataclasses import dataclass
 RUN_OPTIONS = ("--rpc-agent", "--world-size", "--debug-level", "--faults")
 # What ``needs`` may hold: a capability the machine must have, else the gallery skips the bug saying so.
 NEEDS = ("cuda",)
+# What ``builds`` may hold: the C++ extensions a bug's module plants into, each with the module that builds it (the
+# gallery finishes those builds before a run's clock starts: a compile under CI's load takes minutes).
+CPP_BUILDS = {"native": "native.build", "dcdev": "native.device.build"}
 
 
 def clause_matches(pattern: str, nodeid: str) -> bool:
@@ -44,6 +47,9 @@ class SeededBug:
     - ``wraps_gloo``: its backend is gloo behind tests/seeded/gloo_wrapper.py (directly, or through rpc_base,
       rpc_profiling_base or training_base): the clean wrapper's control run (tests/test_seeded_bugs.py) covers its
       suite, so that what fails under it is the bug, not the wrapping;
+    - ``builds``: the C++ extensions (CPP_BUILDS) its module plants into: "native" through
+      tests/seeded/native_base.py; "native" and "dcdev" through tests/seeded/dcdev_base.py (native's
+      algorithm staged through the dcdev device loads both);
     - ``shares_a_run``: importing its module changes nothing another backend's ranks run (it
       registers its backend, and plants its bug with tests/seeded/planting.py if in shared code),
       so it may share a pytest run with other bugs; False keeps it alone.
@@ -60,6 +66,7 @@ class SeededBug:
     needs: tuple[str, ...] = ()
     torch: str = ""
     wraps_gloo: bool = False
+    builds: tuple[str, ...] = ()
     package: str = "tests.seeded"  # where its module lives (the gallery's own tests plant from tests.harness_cases)
 
     def __post_init__(self) -> None:
@@ -88,6 +95,9 @@ class SeededBug:
         for need in self.needs:
             if need not in NEEDS:
                 yield f"need {need!r} is none of {NEEDS}"
+        for build in self.builds:
+            if build not in CPP_BUILDS:
+                yield f"build {build!r} is none of {tuple(CPP_BUILDS)}"
         if self.torch:
             from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -108,6 +118,11 @@ class SeededBug:
     def path(self) -> str:
         """Its module's file, relative to the repository."""
         return self.module.replace(".", "/") + ".py"
+
+    @property
+    def build_modules(self) -> tuple[str, ...]:
+        """The modules (native/build.py, native/device/build.py) that build the extensions its module plants into."""
+        return tuple(CPP_BUILDS[build] for build in self.builds)
 
     @property
     def needs_cuda(self) -> bool:

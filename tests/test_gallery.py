@@ -180,6 +180,23 @@ def test_a_record_says_whether_its_bug_wraps_gloo_as_its_module_does():
     assert not wrong, f"tests/seeded/registry.py: wraps_gloo disagrees with the module's imports for {wrong}"
 
 
+def test_a_record_names_the_cpp_builds_its_module_plants_into():
+    """``builds`` names exactly the extensions the module reaches through tests/seeded/native_base.py (native) or
+    dcdev_base.py (native and dcdev): the gallery finishes those builds before the bug's run starts its clock."""
+    bases = {"native_base": {"native"}, "dcdev_base": {"native", "dcdev"}}
+
+    def builds(name: str, seen: frozenset = frozenset()) -> set[str]:
+        found = set(bases.get(name, ()))
+        for other in _imported_bug_modules(name) - seen:
+            found |= builds(other, seen | {name})
+        return found
+
+    wrong = {module: (read_bug(module).builds, sorted(builds(module))) for module in gallery()
+             if set(read_bug(module).builds) != builds(module)}
+    assert not wrong, f"tests/seeded/registry.py: builds disagrees with the module's imports (record, imports): {wrong}"
+    assert sum(1 for module in gallery() if read_bug(module).builds) >= 16  # the native and dcdev bugs
+
+
 def test_every_bug_module_has_one_record_and_every_record_a_module():
     """A bug module added without its SeededBug (or a record whose module is gone) is named here."""
     assert gallery() == bug_modules(), (
@@ -199,6 +216,7 @@ def test_every_bug_module_has_one_record_and_every_record_a_module():
     ({"options": ("--rpc-agent",)}, "must be pairs"),
     ({"keyword": "a or b"}, "one word"),
     ({"needs": ("tpu",)}, "need 'tpu'"),
+    ({"builds": ("cuda",)}, "build 'cuda' is none of"),
     ({"suite": "tests/x.py"}, "under suites/"),
 ])
 def test_a_mistyped_record_is_refused_naming_the_bug(changes, problem):

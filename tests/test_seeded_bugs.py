@@ -191,26 +191,15 @@ def run_batch(tmp_path, modules: tuple[str, ...]) -> tuple[dict, str, list[Faile
     return run_bugs(tmp_path, tuple(read_bug(module) for module in modules))
 
 
-# The C++ builds a bug may be planted in: its module imports the base, the base loads the builds (native-dcdev is
-# native's algorithm staged through the dcdev device, so a dcdev bug loads both).
-CPP_BUILDS = {"tests.seeded.native_base": ("native.build",),
-              "tests.seeded.dcdev_base": ("native.build", "native.device.build")}
 # A build under CI's load: the compile of one extension took 2-4 min beside the tests, longer beside other runs.
 BUILD_TIMEOUT_S = 900
-
-
-def builds_of(bug: SeededBug) -> list[str]:
-    """The build modules (native/build.py, native/device/build.py) whose extension ``bug``'s module plants into."""
-    with open(os.path.join(REPO_ROOT, bug.path)) as fh:
-        source = fh.read()
-    return [build for base, builds in CPP_BUILDS.items() if f"from {base} import" in source for build in builds]
 
 
 def finish_builds(bugs: tuple[SeededBug, ...]) -> None:
     """Build (or wait, on the build's file lock, for .ci/run's background build of) every extension these bugs load,
     before their run's clock starts: BUG_TIMEOUT_S bounds a run's cases, and a fresh CI machine's compile counted in
     it made the batch with a native bug time out at 300 s (under load; 214 s idle, most of it the wait)."""
-    for build in sorted({build for bug in bugs for build in builds_of(bug)}):
+    for build in sorted({build for bug in bugs for build in bug.build_modules}):
         proc = subprocess.run([sys.executable, "-c", f"import {build} as build; build.load()"], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:  # the run itself then fails to load it and says why; keep the compiler's words here

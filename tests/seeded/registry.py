@@ -278,6 +278,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the dcdev backend: a Work completes before its results are copied back onto the device.
     SeededBug(
         name='dcdev_early_completion',
+        builds=('native', 'dcdev'),
         contract='all_reduce(async_op=True): after wait() the result is complete and exact',
         clauses=('suites/c10d/test_all_reduce.py::test_all_reduce_async',),
         suite='suites/c10d/test_all_reduce.py',
@@ -286,6 +287,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the dcdev backend: it reads device memory from the host instead of through the device's copy.
     SeededBug(
         name='dcdev_host_reads_device',
+        builds=('native', 'dcdev'),
         contract="a backend reaches a device tensor's data through the device's copy only",
         clauses=('suites/c10d/test_all_reduce.py::test_all_reduce',),
         suite='suites/c10d/test_all_reduce.py',
@@ -294,6 +296,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the device binding: every rank binds device index 0, whatever its local rank.
     SeededBug(
         name='dcdev_rank_on_device_zero',
+        builds=('native', 'dcdev'),
         contract='each rank works on its own device: torch.accelerator reports its index current',
         clauses=('suites/c10d/test_registration.py::test_each_rank_works_on_its_own_device',),
         suite='suites/c10d/test_registration.py',
@@ -456,6 +459,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: abort() leaves a collective in flight waiting until its deadline.
     SeededBug(
         name='native_abort_waits',
+        builds=('native',),
         contract='A Work pending on a group that is aborted fails at once (well within 3 s)',
         clauses=('suites/c10d/test_lifecycle.py::test_abort_fails_pending_work',),
         suite='suites/c10d/test_lifecycle.py',
@@ -464,6 +468,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: recv from any source reports rank 0 as the sender.
     SeededBug(
         name='native_any_source_rank0',
+        builds=('native',),
         contract='recv without src returns the rank that sent the message',
         clauses=('suites/p2p/test_send_recv.py::test_recv_any_source_reports_sender',),
         suite='suites/p2p/test_send_recv.py',
@@ -472,6 +477,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: complex tensors are reduced as their real view, whatever the op.
     SeededBug(
         name='native_complex_as_real',
+        builds=('native',),
         contract='reduce and reduce_scatter_tensor of complex tensors: SUM exact, PRODUCT complex or refused, MAX refused',
         clauses=('suites/c10d/test_dtypes.py::test_complex_reduce_and_reduce_scatter',),
         suite='suites/c10d/test_dtypes.py',
@@ -481,6 +487,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: a collective's Work completes before its data has landed.
     SeededBug(
         name='native_early_completion',
+        builds=('native',),
         contract='the future completes only after the data has landed',
         clauses=('suites/c10d/test_work.py::test_completed_work_reports_success_and_values',
                  # the same early completion, seen by whichever clause's wait loses the race to the copy
@@ -491,6 +498,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend's own flight recorder: entries are never marked completed.
     SeededBug(
         name='native_fr_never_completed',
+        builds=('native',),
         contract='An entry leaves "scheduled" once its Work completed: every waited call\'s state is "completed".',
         clauses=('suites/c10d/test_flight_recorder.py::test_entries_complete_with_their_work',),
         suite='suites/c10d/test_flight_recorder.py',
@@ -499,6 +507,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: a merged group keeps its parent's timeout, not the one merge was given.
     SeededBug(
         name='native_merge_ignores_timeout',
+        builds=('native',),
         contract='a merged group times out after the timeout merge_remote_group was given',
         clauses=('suites/c10d/test_shrink_and_options.py::test_merge_remote_group',),
         suite='suites/c10d/test_shrink_and_options.py',
@@ -508,6 +517,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: the group's timeout never fires.
     SeededBug(
         name='native_no_timeout',
+        builds=('native',),
         contract="a collective one rank skips raises within the group's timeout",
         clauses=('suites/c10d/test_timeouts.py::test_skipped_collective_raises_within_group_timeout',),
         suite='suites/c10d/test_timeouts.py',
@@ -517,6 +527,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: PREMUL_SUM scales only the first rank's input.
     SeededBug(
         name='native_premul_first_only',
+        builds=('native',),
         contract="PREMUL_SUM(factor) scales every rank's input by the factor, then sums",
         clauses=('suites/c10d/test_dtypes.py::test_premul_sum',),
         suite='suites/c10d/test_dtypes.py',
@@ -525,6 +536,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: a shrink ignores the pg_options it is given.
     SeededBug(
         name='native_shrink_ignores_options',
+        builds=('native',),
         contract='a shrunk group times out after the timeout its own pg_options give',
         clauses=('suites/c10d/test_shrink_and_options.py::test_shrunk_group_times_out_as_its_options_say',),
         suite='suites/c10d/test_shrink_and_options.py',
@@ -535,6 +547,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: a shrunk group still counts the ranks it excluded.
     SeededBug(
         name='native_shrink_waits_for_excluded',
+        builds=('native',),
         contract="after a rank's process died, the others shrink the default group and reduce over it",
         clauses=('suites/c10d/test_shrink_and_options.py::test_shrink_after_a_rank_was_killed',),
         suite='suites/c10d/test_shrink_and_options.py',
@@ -545,6 +558,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug in the native backend: every reduction leaves out the last rank's contribution.
     SeededBug(
         name='native_skip_last_rank',
+        builds=('native',),
         contract="all_reduce gives every rank the exact reduction of all ranks' inputs",
         clauses=('suites/c10d/test_all_reduce.py::test_all_reduce',),
         suite='suites/c10d/test_all_reduce.py',
@@ -892,6 +906,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference receiver ignores the sender's device map and delivers device tensors on the host.
     SeededBug(
         name='rpc_device_map_ignored',
+        builds=('native', 'dcdev'),
         contract="An accelerator tensor reaches the callee on the device the map names; its reply returns on the caller's device",
         clauses=('suites/rpc/test_device_maps.py::test_tensor_crosses_onto_the_mapped_device_and_back',),
         suite='suites/rpc/test_device_maps.py',
@@ -901,6 +916,7 @@ BUGS: tuple[SeededBug, ...] = (
     # Seeded bug: the reference sender moves a device tensor to the host when its destination has no device map.
     SeededBug(
         name='rpc_unmapped_device_to_host',
+        builds=('native', 'dcdev'),
         contract='Without a device map for the destination an accelerator tensor is refused with an error naming devices',
         clauses=('suites/rpc/test_device_maps.py::test_unmapped_destination_refuses_accelerator_tensors',),
         suite='suites/rpc/test_device_maps.py',
