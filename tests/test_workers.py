@@ -41,3 +41,11 @@ def test_who_decides(tmp_path, monkeypatch, env, args, expect):
         assert expect in run.output, run.output
     else:
         assert "workers" not in run.output, run.output
+
+
+def test_the_project_tests_go_to_workers_one_at_a_time(pytestconfig):
+    """tests/conftest.py: xdist's first chunk per worker (a quarter of its share, consecutive) gave one worker the
+    control and every gallery run, 230 s alone at the end of CI; one test at a time spreads the longest-first ones."""
+    if any(arg.startswith("--maxschedchunk") for arg in pytestconfig.invocation_params.args):
+        pytest.skip("the command line set --maxschedchunk")
+    assert pytestconfig.option.maxschedchunk == 1
