@@ -211,6 +211,21 @@ REFERENCE_FAULT_GAPS = (
         "it (suites/rpc/test_timeouts.py's AgentSpec.timeout_error) runs unchanged"),
 )
 REFERENCE_PG_FAULT_GAPS = (
+    # measured on torch 2.13 over gloo, --faults cut_after_bytes (each connection of the cut rank's host reset once
+    # it carried 256 KiB, in the middle of 1 MiB calls), six runs at ws2 and ws3 with the transport's watch of each
+    # connection (pg_transport.py _watch), which made the ranks the reset reached raise at once
+    Gap({"clause": ("test_the_error_names_the_call_or_the_peer", "test_after_healing_the_agent_is_as_declared"),
+         "fault": "cut_after_bytes"},
+        "reference-pg cannot see a connection its peer's host reset while it has nothing to send on it: the reset "
+        "reaches the side that sends next, and a rank whose frames to the cut peer wait behind sends that never "
+        "complete (gloo completes a send once the receiver takes it) sends nothing more, so no reset reaches it, "
+        "gloo fails none of its receives, and its calls end by their timeout: 'RPCErr:1:RPC ran for more than set "
+        "timeout (2000 ms) and will now be marked with an error', under the cut and again after healing (six runs "
+        "at ws2 and ws3: the naming clause met it in 5 at ws3 and 2 at ws2, the after-healing clause in 3 at ws3, "
+        "rank 1's four calls to the cut rank 2 each running into the 2 s timeout; the ranks the reset reached "
+        "raised at once, naming the peer). TensorPipe writes each call at once, meets the reset and "
+        "fails the pipe ('ECONNRESET')",
+        outcome="intermittent"),
     # not frozen: the stopped rank's peer gives up in the agents' name exchange (the file store, 'Timeout waiting for
     # key: reference_rpc_0/agent/name/1 after 2000 ms', 3.4 s) and the stopped one, let go, in the transport's own
     # rendezvous, now bounded by the RPC timeout ('ranks [0] did not start within 2 s', 3.3 s): no gloo group is made
@@ -348,9 +363,9 @@ AGENTS: dict[str, AgentSpec] = {
         # gloo's pairs outlive silent loss (the transport's group has a days-long timeout, so none times out);
         # a reset fails gloo's pair for good: "RPC to WorkerInfo(id=1, name=worker1) failed: reference-pg: cannot
         # send to rank 1: posting a frame to rank 1 failed: [.../gloo/transport/tcp/pair.cc:553] Connection closed
-        # by peer"
-        after_faults=AfterFaults(silent_loss_recovers=True, reset_error=r"Error: RPC to .*failed: reference-pg: "
-                                                                        r"cannot send to rank \d"),
+        # by peer", or, when the pair broke under a send already posted, "RPC to WorkerInfo(id=2, name=worker2)
+        # failed: sending a frame to rank 2 over gloo failed: [.../gloo/transport/tcp/pair.cc:553] ..."
+        after_faults=AfterFaults(silent_loss_recovers=True, reset_error=r"Error: RPC to .*failed: .*rank \d"),
         transport="backends.reference.rpc.transports:over_process_group",
         gaps=REFERENCE_GAPS + REFERENCE_FAULT_GAPS + REFERENCE_PG_FAULT_GAPS + (
             # matched on the backend under test (fixtures/rpc_plugin.py adds it to every case's needs)

@@ -24,15 +24,21 @@ from dataclasses import dataclass
 from fixtures.world import World
 from suites.faults import meeting
 from suites.faults import rpc_rank_side
+# The agent's RPC timeout under a fault (graceful shutdown's too) is the collectives' group timeout: TIMEOUT_S, 2 s,
+# under a breaking fault; under a negative control room for a lossy link's retransmissions, which the calls must
+# fit. The slack a bounded wait may take is theirs too, and a call moves enough for a cut after N bytes to bite.
+from suites.faults.scenario import SLACK_S, payload, timeout_for
 from suites.faults.table import TABLE, Fault, Target
 
-TIMEOUT_S = 2.0  # the agent's RPC timeout, and graceful shutdown's, under a fault
-SLACK_S = 3.0  # what a bounded wait may take beyond its timeout on a loaded 2-core machine (scheduling, TCP)
-GIVE_UP_S = TIMEOUT_S + SLACK_S + 2.0  # a rank stops waiting for a call after this (the clause then fails)
 # 32 KiB of float32 per call: at 3 ranks the cut host's link carries 12 such calls at once each way (every
 # operation of its two callers and its own), 384 KiB, about 0.4 s at the slow link's 8 Mbit/s
 NUMEL = 8 * 1024
 KINDS = ("calls", "shutdown", "connect")
+
+
+def give_up_after(fault: Fault) -> float:
+    """A rank stops waiting for a call after this (the clause then fails)."""
+    return timeout_for(fault) + SLACK_S + 2.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class RpcScenario:
     agent: str
     fault: str
     kind: str
+    timeout_s: float  # the agent's RPC timeout (and graceful shutdown's) in this scenario
     cut_rank: int
     ranks: tuple[dict, ...]
     missing: tuple[str, ...]  # what the controller did not see within its bound, in words
@@ -80,14 +87,15 @@ def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline
     stop = threading.Event()
     missing: list[str] = []
 
+    timeout, numel, give_up = timeout_for(fault), payload(fault, NUMEL), give_up_after(fault)
     call: Callable[..., dict]
     args: tuple
     if kind == "calls":
-        call, args = rpc_rank_side.calls_under_fault, (agent, directory, TIMEOUT_S, NUMEL, cut, GIVE_UP_S)
+        call, args = rpc_rank_side.calls_under_fault, (agent, directory, timeout, numel, cut, give_up)
     elif kind == "shutdown":
-        call, args = rpc_rank_side.shutdown_under_fault, (agent, directory, TIMEOUT_S, TIMEOUT_S, cut, GIVE_UP_S)
+        call, args = rpc_rank_side.shutdown_under_fault, (agent, directory, timeout, timeout, cut, give_up)
     else:
-        call, args = rpc_rank_side.connect_under_fault, (agent, directory, TIMEOUT_S, NUMEL, cut, GIVE_UP_S)
+        call, args = rpc_rank_side.connect_under_fault, (agent, directory, timeout, numel, cut, give_up)
     thread = threading.Thread(target=meeting.control,
                               args=(directory, world.world_size, cut, fault, target, hosts, stop, missing,
                                     "under the fault"), name=f"rpc-fault-{fault.name}", daemon=True)
@@ -98,4 +106,4 @@ def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline
         stop.set()
         thread.join()
         shutil.rmtree(directory, ignore_errors=True)
-    return RpcScenario(agent, fault.name, kind, cut, tuple(results), tuple(missing))
+    return RpcScenario(agent, fault.name, kind, timeout, cut, tuple(results), tuple(missing))

@@ -62,9 +62,9 @@ def timeout_for(fault: Fault) -> float:
     return TIMEOUT_S if fault.breaks else CONTROL_TIMEOUT_S
 
 
-def payload(fault: Fault) -> int:
-    """Elements of float32 an operation moves: enough for a cut after N bytes to reach it."""
-    return max(NUMEL, fault.min_payload // 4)
+def payload(fault: Fault, least: int = NUMEL) -> int:
+    """Elements of float32 an operation moves: ``least``, or enough for a cut after N bytes to reach it."""
+    return max(least, fault.min_payload // 4)
 
 
 def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadline: float = 60.0) -> Scenario:

@@ -31,7 +31,12 @@ RESETS = [f.name for f in FAULTS if f.ends_by == "reset"]
 BROKEN = [(f.name, op.name) for f in FAULTS for op in OPERATIONS if breaks(f, op)]
 SPARED = [(f.name, op.name) for f in FAULTS for op in OPERATIONS if unreached(f, op, 2)]
 TIMED_OUT = [f.name for f in FAULTS if f.ends_by == "timeout" and breaks(f, BY_NAME["all_reduce"])]
-FIRST_COLLECTIVE_FAULTS = ["partition"]  # the issue's measurement (pytorch/gloo#520); each run waits up to 12 s
+# every fault that breaks the all_reduce from the network (a frozen rank is not one: it never starts its call); the
+# issue measured the partition (pytorch/gloo#520). Each run waits up to 12 s on gloo: under --faults all only.
+# Not a cut after N bytes yet: at ws3 on gloo it left the cut-off rank's first_collective running past the world's
+# 60 s deadline (ws2 passed; reference both), a hang not yet explained (docs/faults.md, "Not built yet")
+FIRST_COLLECTIVE_FAULTS = [f.name for f in FAULTS if breaks(f, BY_NAME["all_reduce"]) and not f.stops_the_rank
+                           and not f.min_payload]
 
 
 def _brief(outcome: dict) -> object:

@@ -62,13 +62,16 @@ listeners answer. After a clean close (every STOP exchanged both ways) the
 transport destroys its group, so agents restarted in one process leave no
 sockets or threads behind.
 
-A peer process that dies is noticed at the next send to it (gloo and the
-reference backend both fail that send, naming the closed connection): the
-send raises TransportError naming the rank and ``on_peer_lost`` fires. c10d
-fails a receive from any source for nobody, so the listener cannot notice a
-death by itself; a dead peer counts as closed for shutdown, which then
-returns at once and reports (in a warning, ``clean_close = False``) the
-listener left blocked in its receive; the group is then left as it is.
+A broken connection to a peer (its process died, or the network reset it) is
+noticed by a receive from that peer kept posted on ``WATCH_TAG`` (``_watch``),
+which only the byte the peer sends with its STOP completes: gloo fails it when
+the pair's connection breaks, the peer is lost and ``on_peer_lost`` fires.
+Else it is noticed at the next send to it (gloo and the reference backend both
+fail that send, naming the closed connection): the send raises TransportError
+naming the rank. c10d fails a receive from any source for nobody, so the
+listener cannot notice either; a lost peer counts as closed for shutdown,
+which then returns at once and reports (in a warning, ``clean_close = False``)
+the listener left blocked in its receive; the group is then left as it is.
 Every other wait of a shutdown is bounded by ``SHUTDOWN_JOIN_S``, or by what is left of a graceful
 shutdown's timeout when that is shorter (the agent leaves the close at least its CLOSE_GRACE_S).
 
@@ -101,6 +104,7 @@ log = logging.getLogger(__name__)
 
 META_TAG = 7001
 BODY_TAG = 7002
+WATCH_TAG = 7003  # one byte per peer, sent only at shutdown: the receive posted for it watches the connection
 SHUTDOWN_JOIN_S = 10.0  # bound of a shutdown whose peers do not answer
 LAST_STOP_GRACE_S = 0.5  # the listener's last steps after the last STOP arrived
 START_TIMEOUT_S = 60.0
@@ -170,6 +174,7 @@ class PgTransport(Transport):
         self._completions: queue.SimpleQueue | None = None  # posted sends, awaited by the completer
         self._credits = _Credits(MAX_INFLIGHT_FRAMES, MAX_INFLIGHT_BYTES)
         self._completion_thread: threading.Thread | None = None
+        self._watches: dict[int, threading.Thread] = {}  # peer -> the thread waiting on its WATCH_TAG receive
         self.frames_received = 0
         self.metas_received = 0  # meta messages (a batch meta carries several frames)
 
@@ -204,6 +209,12 @@ class PgTransport(Transport):
             self._posted.append((meta, group.recv_anysource([meta], META_TAG)))
         self._listener = threading.Thread(target=self._listen, name=f"reference-pg-listener-r{rank}", daemon=True)
         self._listener.start()
+        for peer in self._peers():
+            byte = torch.zeros(1, dtype=torch.uint8, device=self._wire)
+            work = group.recv([byte], peer, WATCH_TAG)
+            self._watches[peer] = threading.Thread(target=self._watch, args=(peer, work, byte), daemon=True,
+                                                   name=f"reference-pg-watch-r{rank}-of-r{peer}")
+            self._watches[peer].start()
 
     def _host(self, buffer: torch.Tensor) -> torch.Tensor:
         """A received buffer in host memory: staged ones come back with the device's own copy."""
@@ -439,6 +450,24 @@ class PgTransport(Transport):
                     return  # handed over while delivering: the new listener goes on
                 self._busy = None
 
+    def _watch(self, peer: int, work, byte: torch.Tensor) -> None:
+        """Wait on the receive posted from ``peer`` on WATCH_TAG, which only the byte it sends at shutdown completes.
+
+        The listener's receives are from any source, which no backend fails for one broken connection, and a send
+        whose bytes left before the connection was reset has completed: without this receive a reset connection is
+        noticed only at the next send to that peer, and the calls waiting for its answers run into their timeout
+        (measured with gloo under a cut after N bytes at world size 3: RPCErr:1:RPC ran for more than set timeout,
+        in 4 runs of 5). gloo fails every pending receive of a pair whose connection broke, so the peer is lost at
+        once, its calls failed naming it, as TensorPipe fails a reset pipe's."""
+        try:
+            work.wait()
+        except Exception as exc:
+            with self._state:
+                closing = self._dropping or peer in self._stop_received
+            if not closing:
+                self._lose(peer, f"the connection to rank {peer} failed: {exc}")
+        del byte  # referenced until the receive ended
+
     def _monitor(self) -> None:
         """Make a fresh thread the listener when the listener has been delivering for HANDOVER_S."""
         while not self._dropping:
@@ -490,13 +519,16 @@ class PgTransport(Transport):
                 if self._wire is not None:
                     meta = meta.to(self._wire)
                 work = group.send([meta], dst, META_TAG)
+                # ends the peer's watch of this connection (_watch): from here on its closing is no loss
+                goodbye = torch.ones(1, dtype=torch.uint8, device=self._wire)
+                said = group.send([goodbye], dst, WATCH_TAG)
             except TransportError:
                 return  # the peer is unreachable: it needs no STOP from us
             except Exception as exc:
                 self._lose(dst, f"posting a STOP to rank {dst} failed: {exc}")
                 return
         with self._state:
-            self._stop_works.append((dst, [work], [meta]))
+            self._stop_works.append((dst, [work, said], [meta, goodbye]))
 
     def _all_peers_done(self) -> bool:
         """Every peer either closed its stream (STOP) or is lost: nothing more can come."""
@@ -564,6 +596,14 @@ class PgTransport(Transport):
                 problems.append("frames posted before the STOPs were not taken")
         if not _wait_all([w for _, works, _ in stop_works for w in works], max(0.0, deadline - time.monotonic())):
             problems.append(f"STOP frames to some peers were not taken within {bound_s:g} s")
+        with self._state:
+            stopped = set(self._stop_received)
+        for peer, watch in self._watches.items():  # a goodbye follows its STOP; a lost peer's may never come
+            if peer in stopped:
+                watch.join(max(0.0, deadline - time.monotonic()))
+        watching = sorted(peer for peer, watch in self._watches.items() if watch.is_alive())
+        if watching:
+            problems.append(f"no goodbye on the watch of ranks {watching}: its receives stay posted")
         self._dropping = True
         if problems:
             # The group stays as it is: destroying it under a pending receive is undefined
