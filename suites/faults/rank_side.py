@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from fixtures.rank import ctx
 from suites.faults import meeting, recorder_view
-from suites.faults.operations import PEER
+from suites.faults.operations import NUMBERED, PEER
 
 PENDING_S = 0.3  # how long a collective waits under the fault before its group is aborted or destroyed
 STORE_KEY = "distconform-fault/{rank}"
@@ -52,6 +52,10 @@ class Timed:
             return self.outcome
         return {"ok": False, "stuck": True, "seconds": time.monotonic() - self.started, "type": "still running",
                 "runtime_error": False, "error": f"still running after {bound_s:g} s (left on its thread)"}
+
+
+def _ended(wait: Timed) -> bool:
+    return wait.outcome is not None
 
 
 def _bounded(call: Callable[[], Any], name: str, bound_s: float) -> dict:
@@ -138,19 +142,21 @@ def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) ->
     groups = {name: dist.new_group(timeout=timeout) for name in GROUPS}
     store = _store(timeout_s)
     targets = {**groups, "store_get": store}
-    since = recorder_view.newest_record(groups["all_reduce"])
+    since = {name: recorder_view.newest_record(groups[name]) for name in NUMBERED}
     for name, call in OPERATIONS.items():  # every connection exists: the fault comes in the middle of a job
         call(targets[name], numel)
-    _all_reduce(groups["all_reduce"], numel)  # a second one completed before the fault: the recorder's history
+    for name in NUMBERED:  # a second one completed before the fault: the recorder's history
+        OPERATIONS[name](groups[name], numel)
     _all_reduce(groups["abort"], numel)
     _all_reduce(groups["destroy"], numel)
-    recorded = {"before": recorder_view.view(groups["all_reduce"], since)}
+    recorded = {name: {"before": recorder_view.view(groups[name], since[name])} for name in NUMBERED}
     meeting.mark(directory, f"ready{ctx.rank}")
     meeting.wait(directory, "go", f"rank {ctx.rank}")
     waits = {name: Timed(functools.partial(call, targets[name], numel), name) for name, call in OPERATIONS.items()}
-    issued = len(recorded["before"]["entries"]) + 1  # the entries once the all_reduce under the fault is recorded
-    recorded["under"] = recorder_view.while_waiting(groups["all_reduce"], since, issued,
-                                                    lambda: waits["all_reduce"].outcome is not None)
+    for name in NUMBERED:  # read while each waits: the entries once the call under the fault is recorded
+        issued = len(recorded[name]["before"]["entries"]) + 1
+        recorded[name]["under"] = recorder_view.while_waiting(groups[name], since[name], issued,
+                                                              functools.partial(_ended, waits[name]))
     # one after the other, from this thread's view: c10d's bookkeeping of groups is not made for threads
     out: dict[str, dict] = {
         "abort": _pending_then(groups["abort"], numel,
@@ -160,7 +166,8 @@ def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) ->
         "shrink": _bounded(lambda: _shrink(groups["shrink"], numel), "shrink", bound_s),
     }
     out.update({name: wait.result(bound_s) for name, wait in waits.items()})
-    recorded["ended"] = recorder_view.view(groups["all_reduce"], since)
+    for name in NUMBERED:
+        recorded[name]["ended"] = recorder_view.view(groups[name], since[name])
     out["recorder"] = recorded
     meeting.mark(directory, f"faulted{ctx.rank}")
     meeting.wait(directory, "healed", f"rank {ctx.rank}")

@@ -231,6 +231,15 @@ BUGS: tuple[SeededBug, ...] = (
         suite='suites/faults/test_fault_flight_recorder.py',
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend's own flight recorder: a barrier is recorded completed as soon as it is issued.
+    SeededBug(
+        name='reference_fr_barrier_done_at_once',
+        contract="while a barrier waits under a network fault, each rank's flight recorder shows it, not completed",
+        clauses=('suites/faults/test_fault_flight_recorder.py::test_the_recorder_shows_the_collective_each_rank_waits_in',
+                 'suites/faults/test_fault_flight_recorder.py::test_the_failed_collective_is_never_recorded_completed'),
+        suite='suites/faults/test_fault_flight_recorder.py',
+        shares_a_run=True,
+    ),
     # Seeded bug: recv reports success with a stale buffer when the network fails under it.
     SeededBug(
         name='gloo_recv_swallows_network_errors',
