@@ -456,9 +456,10 @@ class PgTransport(Transport):
         The listener's receives are from any source, which no backend fails for one broken connection, and a send
         whose bytes left before the connection was reset has completed: without this receive a reset connection is
         noticed only at the next send to that peer, and the calls waiting for its answers run into their timeout
-        (measured with gloo under a cut after N bytes at world size 3: RPCErr:1:RPC ran for more than set timeout,
-        in 4 runs of 5). gloo fails every pending receive of a pair whose connection broke, so the peer is lost at
-        once, its calls failed naming it, as TensorPipe fails a reset pipe's."""
+        (measured with gloo under a cut after N bytes at world size 3, six runs: the cut-off rank's calls did in 4,
+        with this receive in none of six). gloo fails every pending receive of a pair whose connection broke, so the
+        peer is lost at once, its calls failed naming it, as TensorPipe fails a reset pipe's. A rank the reset never
+        reaches still waits (backends/rpc_agents.py, the cut_after_bytes gap)."""
         try:
             work.wait()
         except Exception as exc:
