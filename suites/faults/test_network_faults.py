@@ -36,7 +36,7 @@ TIMED_OUT = [f.name for f in FAULTS if f.ends_by == "timeout" and breaks(f, BY_N
 # Not a cut after N bytes yet: at ws3 on gloo it left the cut-off rank's first_collective running past the world's
 # 60 s deadline (ws2 passed; reference both), a hang not yet explained (docs/faults.md, "Not built yet")
 FIRST_COLLECTIVE_FAULTS = [f.name for f in FAULTS if breaks(f, BY_NAME["all_reduce"]) and not f.stops_the_rank
-                           and not f.min_payload]
+                           and f.name != "cut_after_bytes"]
 
 
 def _brief(outcome: dict) -> object:

@@ -15,8 +15,8 @@ timeout and TensorPipe's behaviour is a gap quoting it (backends/rpc_agents.py).
 partition and a slow link; ``--faults all`` adds resets (refused connections, and each connection cut after 256 KiB
 in the middle of a 1 MiB call), a lossy link and the other silent faults (one direction, a link down, a frozen
 process, the agent's connections alone), ``--faults NAMES`` those named. ``control_plane`` is not read: the agents
-rendezvous through a file here, so the store's connections carry nothing of theirs and the clause could not fail. A frozen rank makes its calls once it
-is let go, the fault healed: under it, only its peers' calls are read.
+rendezvous through a file here, so the store's connections carry nothing of theirs and the clause could not fail. A
+frozen rank makes its calls once it is let go, the fault healed: under it, only its peers' calls are read.
 """
 
 # ruff: noqa: F811  (the clauses take the fixtures imported from rpc_worlds as arguments of the same names)
