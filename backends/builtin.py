@@ -529,6 +529,8 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
         # measured on torch 2.14.1 at ws3 (suites/c10d/fault_tolerance_measure.py): gloo never reports an error;
         # after abort() its group even reduces again (torch's own test expects SUCCESS after abort on gloo)
         errors_after_faults=ErrorsAfterFaults(after_abort="SUCCESS", after_timeout="SUCCESS"),
+        # read when a group is made (ProcessGroupGloo's options); its pairs then connect at their first use
+        lazy_connect_env={"TORCH_GLOO_LAZY_INIT": "1"},
     ),
     "nccl": BackendSpec(
         name="nccl",
@@ -540,6 +542,8 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
         rank_env={"TORCH_NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"},
         gaps=NCCL_GAPS,
         description="NCCL on CUDA devices, rank r on cuda:r",
+        # a group made without device_id (--init lazy) makes its communicator at its first collective
+        lazy_connect_env={},
     ),
     # torch's gloo with the ranks' tensors on CUDA: the device-placement paths of the harness and of every
     # clause with more ranks than this machine has GPUs (gloo stages CUDA tensors through host memory, so

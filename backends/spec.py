@@ -569,6 +569,11 @@ class BackendSpec:
     after_timeout: AfterTimeout | None = None
     # what get_error() returns after an abort and after a timeout (torch 2.14's fault-tolerance API)
     errors_after_faults: ErrorsAfterFaults = ErrorsAfterFaults()
+    # the backend's lazy connection switch: the environment under which a group, made while it is set, connects at
+    # its first operation instead of when it is made (gloo: TORCH_GLOO_LAZY_INIT=1; empty: lazy without a switch,
+    # as NCCL without device_id). None: every group connects when it is made, so no fault can come before its first
+    # connection (suites/faults' first-collective clause skips, saying so)
+    lazy_connect_env: Mapping[str, str] | None = None
 
     @property
     def init_backend(self) -> str:
@@ -598,6 +603,9 @@ class BackendSpec:
 
 
 def inherit(spec: BackendSpec, parent: BackendSpec) -> BackendSpec:
-    """``spec`` with ``parent``'s gaps (own and inherited) appended, each naming where it came from."""
+    """``spec`` with ``parent``'s gaps (own and inherited) appended, each naming where it came from, and its lazy
+    connection switch where ``spec`` declares none."""
     gaps = tuple(g if g.source else replace(g, source=parent.name) for g in parent.all_gaps)
-    return replace(spec, inherited_gaps=gaps)
+    # a wrapper connects through its parent, so the parent's lazy switch is its own unless it declares one
+    lazy = spec.lazy_connect_env if spec.lazy_connect_env is not None else parent.lazy_connect_env
+    return replace(spec, inherited_gaps=gaps, lazy_connect_env=lazy)

@@ -208,6 +208,32 @@ def test_a_recv_whose_sender_never_sends_raises_naming_source_and_tag(ref_world)
     assert got.tolist() == [4.0, 4.0], "the message went to the receive that had timed out"
 
 
+# ============================================================ lazy connection
+def test_a_lazy_group_connects_each_pair_at_its_first_use(ref_world, monkeypatch):
+    """DISTCONFORM_REFERENCE_LAZY_INIT=1 when a group is made: no connection until an operation needs the pair."""
+    monkeypatch.setenv(process_group.LAZY_INIT_ENV, "1")
+    pgs = ref_world(3)
+    assert [pg.mesh.connected() for pg in pgs] == [[], [], []], "a lazy group connected when it was made"
+    got = torch.zeros(2)
+    run_on_all([0, 2], lambda rank: pgs[0].send([torch.full((2,), 5.0)], 2, 3).wait() if rank == 0
+               else pgs[2].recv([got], 0, 3).wait())
+    assert got.tolist() == [5.0, 5.0]
+    assert [pg.mesh.connected() for pg in pgs] == [[2], [], [0]], "p2p connected more than its pair"
+    assert run_on_all(pgs, all_reduce_value) == [expected_sum(3)] * 3
+    assert [pg.mesh.connected() for pg in pgs] == [[1, 2], [0, 2], [0, 1]]
+
+
+def test_a_lazy_first_collective_without_a_peer_raises_within_its_timeout_naming_it(ref_world, monkeypatch):
+    monkeypatch.setenv(process_group.LAZY_INIT_ENV, "1")
+    timeout_s = 0.5
+    pgs = ref_world(3, timeout=timedelta(seconds=timeout_s))
+    outcomes = run_each(pgs[:2], lambda pg: _timed(lambda: all_reduce(pg, torch.ones(2)).wait()))
+    for rank, (elapsed, exc) in enumerate(outcomes):
+        assert exc is not None, f"rank {rank}'s first all_reduce succeeded without rank 2"
+        assert timeout_s <= elapsed <= timeout_s + 2, f"rank {rank} raised after {elapsed:.2f} s (timeout {timeout_s} s)"
+        assert "not dialled by ranks [2]" in str(exc), f"rank {rank}'s error does not name rank 2: {exc}"
+
+
 # =================================================================== 5. Work API
 def test_async_all_reduce_completes_only_after_every_rank_called(ref_world):
     pgs = ref_world(2)

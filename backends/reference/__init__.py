@@ -23,7 +23,7 @@ from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES
                            ErrorsAfterFaults, Gap,
                            ResourceBudget)
 
-from .process_group import ReferenceProcessGroup
+from .process_group import LAZY_INIT_ENV, ReferenceProcessGroup
 
 NAME = "reference"
 
@@ -102,4 +102,6 @@ DISTCONFORM_SPEC = BackendSpec(
     errors_after_faults=ErrorsAfterFaults(after_abort="COMM_ERROR", after_timeout="TIMEOUT"),
     after_timeout=AfterTimeout(usable=False, error=r"^RuntimeError: reference: .*(the group is unusable after .* "
                                                    r"timed out|rank \d+ closed the connection)"),
+    # its own lazy connection switch (process_group.py): each pair connects when an operation first needs it
+    lazy_connect_env={LAZY_INIT_ENV: "1"},
 )

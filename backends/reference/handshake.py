@@ -71,10 +71,20 @@ def world_token(store, prefix: str, rank: int) -> bytes:
     return store.get(f"{prefix}/token")
 
 
+def address_of(store, prefix: str, peer: int) -> tuple[str, int]:
+    """``peer``'s published listening address (blocks until the peer published it, within the store's timeout)."""
+    peer_host, port = store.get(f"{prefix}/addr/{peer}").decode().rsplit(":", 1)
+    return peer_host, int(port)
+
+
 def dial(store, prefix: str, peer: int, hello: bytes, timeout_s: float) -> socket.socket:
     """Connect to ``peer``'s published address and present ``hello``; the socket is blocking after it."""
-    peer_host, port = store.get(f"{prefix}/addr/{peer}").decode().rsplit(":", 1)
-    sock = socket.create_connection((peer_host, int(port)), timeout=timeout_s)
+    return dial_address(address_of(store, prefix, peer), hello, timeout_s)
+
+
+def dial_address(address: tuple[str, int], hello: bytes, timeout_s: float) -> socket.socket:
+    """Connect to a peer's listening ``address`` and present ``hello``; the socket is blocking after it."""
+    sock = socket.create_connection(address, timeout=timeout_s)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.sendall(hello)
     sock.settimeout(None)

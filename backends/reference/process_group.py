@@ -18,6 +18,11 @@ How every collective runs (one numbered step-0 round, sometimes a second):
 
 A rank that never arrives makes the others raise after the group's (or the
 call's) timeout, naming the operation and the missing ranks.
+
+A group connects when it is made; with ``DISTCONFORM_REFERENCE_LAZY_INIT=1``
+in the environment when it is made (its lazy connection switch, as gloo's
+``TORCH_GLOO_LAZY_INIT``), each pair of ranks connects when an operation first
+needs it, within that operation's timeout.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import os
 import queue
 import threading
 import time
@@ -40,6 +46,7 @@ from .flight_recorder import Entry, recorder
 from .transport import Mesh, PeerError, RecvTimeout, SendTimeout
 
 SMALL_ALL_REDUCE_BYTES = 64 * 1024  # below: one round (all-gather, reduce locally); above: two
+LAZY_INIT_ENV = "DISTCONFORM_REFERENCE_LAZY_INIT"  # "1" when a group is made: it connects at its first operation
 
 
 # C++ callers (DDP's reducer keeps the Join all_reduce's Work to wait() and
@@ -212,7 +219,8 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         # 2 of 3, suites/c10d/test_dist2.py)
         self.store = store
         # with enable_reconfigure the communicator is made by the first reconfigure(), as gloo does
-        self._mesh: Mesh | None = None if enable_reconfigure else Mesh(store, rank, size, timeout, host=host)
+        self._mesh: Mesh | None = None if enable_reconfigure else Mesh(
+            store, rank, size, timeout, host=host, lazy=os.environ.get(LAZY_INIT_ENV) == "1")
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._coalesced: list[ReferenceWork] | None = None  # between _start_coalescing and _end_coalescing
@@ -404,6 +412,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         payloads = payloads or {}
         keys = [("coll", seq, step, peer) for peer in peers]
         try:
+            self.mesh.connect(peers, deadline)  # at once once connected; a lazy group's first operation connects
             for peer in peers:
                 tensor = payloads.get(peer)
                 meta = {"seq": seq, "step": step, "fp": fingerprint if step == 0 else None}
@@ -820,8 +829,10 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                                         self.timeout.total_seconds(), p2p=True)
         recorder().started(work.fr_entry)
         try:
+            deadline = time.monotonic() + self.timeout.total_seconds()
+            self.mesh.connect([dst], deadline)
             self.mesh.send(dst, wire.P2P, tag, wire.tensor_meta(tensor), wire.tensor_bytes(tensor),
-                           deadline=time.monotonic() + self.timeout.total_seconds())
+                           deadline=deadline)
             work.complete([tensor])
         except Exception as exc:  # reported by wait(), like any backend's async error
             work.fail(RuntimeError(f"reference: send to rank {dst} (tag {tag}) failed: {exc}"))
@@ -861,6 +872,12 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             work.source = sender
             work.complete([tensor])
 
+        try:  # a lazy group's pair connects here (from any source: every pair), within the group's timeout
+            self.mesh.connect(range(self.size()) if src is None else [src],
+                              time.monotonic() + self.timeout.total_seconds())
+        except PeerError as exc:
+            work.fail(RuntimeError(f"reference: {what} failed: {exc}"))
+            return work
         posted = self.mesh.mailbox.post(src, tag, arrived)
         if posted is not None:
             work.on_timeout = lambda: self.mesh.mailbox.cancel(posted)

@@ -157,7 +157,8 @@ class Mailbox:
 class Mesh:
     """The connections of one process group's rank to all its peers."""
 
-    def __init__(self, store, rank: int, size: int, timeout: timedelta, host: str | None = None):
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, host: str | None = None,
+                 lazy: bool = False):
         self.rank, self.size = rank, size
         self.mailbox = Mailbox()
         self.refused: list[str] = []  # why each refused connection was refused
@@ -167,6 +168,8 @@ class Mesh:
         self._closed = False
         self._ready = threading.Event()
         self._adopt_lock = threading.Lock()
+        self._dial_lock = threading.Lock()  # one dial per peer, whichever thread connects first
+        self._timeout = timeout
         host = host or handshake.listen_host("DISTCONFORM_REFERENCE_IFNAME", "DISTCONFORM_REFERENCE_HOST")
 
         self._token = handshake.world_token(store, STORE_PREFIX, rank).decode()
@@ -174,17 +177,49 @@ class Mesh:
                                             token=self._token.encode(), read_hello=_read_hello, adopt=self._adopt,
                                             refused=self.refused, thread_name="reference")
         hello = wire.encode_meta({"token": self._token, "rank": rank})
-        for peer in range(rank):
-            self._adopt(peer, handshake.dial(store, STORE_PREFIX, peer, wire.encode_header(wire.HELLO, 0, hello, 0)
-                                             + hello, timeout.total_seconds()))
-        deadline = time.monotonic() + timeout.total_seconds()
-        while len(self._conns) < size - 1:
-            if time.monotonic() > deadline:
-                missing = sorted(set(range(size)) - set(self._conns) - {rank})
+        self._hello = wire.encode_header(wire.HELLO, 0, hello, 0) + hello
+        # the addresses of the ranks this one dials, read while the group is made: a lazy group's first operation
+        # then needs no store (torch's TCPStore get does not bound a request dropped on the way, backends/spec.py
+        # TCPSTORE_GET_UNBOUNDED), only the connections it opens within its timeout
+        self._addresses = {peer: handshake.address_of(store, STORE_PREFIX, peer) for peer in range(rank)}
+        if not lazy:
+            try:
+                self.connect(range(size), time.monotonic() + timeout.total_seconds())
+            except PeerError:
                 self.close()
-                raise PeerError(f"reference: rank {rank} was not dialled by ranks {missing} within "
-                                f"{timeout.total_seconds():g} s")
+                raise
+
+    def connect(self, peers, deadline: float) -> None:
+        """Connect to every one of ``peers`` not connected yet, by ``deadline`` (time.monotonic()) or PeerError:
+        dial the lower ranks, wait for the higher ones to dial. Made at once by an eager group; by a lazy one
+        (DISTCONFORM_REFERENCE_LAZY_INIT=1) pair by pair, as its operations first need them, as gloo's lazy init
+        connects. One deadline for all of it: the group's timeout bounds the whole connection, not each dial."""
+        wanted = sorted(set(peers) - {self.rank})
+        if all(peer in self._conns for peer in wanted):
+            return
+        timeout_s = self._timeout.total_seconds()
+        with self._dial_lock:
+            for peer in (p for p in wanted if p < self.rank and p not in self._conns):
+                remaining = deadline - time.monotonic()
+                try:
+                    if remaining <= 0:
+                        raise TimeoutError("no time left")
+                    sock = handshake.dial_address(self._addresses[peer], self._hello, remaining)
+                except Exception as exc:  # the store's error, a refused or silent dial: the peer named
+                    raise PeerError(f"reference rank {self.rank}: could not connect to rank {peer} within "
+                                    f"{timeout_s:g} s: {type(exc).__name__}: {exc}") from None
+                self._adopt(peer, sock)
+        while not all(peer in self._conns for peer in wanted):
+            if time.monotonic() > deadline:
+                missing = [peer for peer in wanted if peer not in self._conns]
+                raise PeerError(f"reference rank {self.rank}: not dialled by ranks {missing} within "
+                                f"{timeout_s:g} s")
             self._ready.wait(0.05)
+            self._ready.clear()
+
+    def connected(self) -> list[int]:
+        """The peers this rank has a connection to (broken ones included)."""
+        return sorted(self._conns)
 
     def _adopt(self, peer: int, sock: socket.socket) -> None:
         with self._adopt_lock:  # two hellos claiming one rank at once: the second is refused

@@ -37,6 +37,9 @@ class HostedWorlds:
     def scenario(self, backend_spec, world_size: int, fault: str, when: str = "mid_operation") -> Scenario:
         key = (backend_spec.name, world_size, fault, when)
         if key not in self.scenarios:
+            if when == "before_connect" and backend_spec.lazy_connect_env is None:
+                pytest.skip(f"{backend_spec.name} declares no lazy connection switch (BackendSpec.lazy_connect_env): "
+                            "its groups connect when they are made, so no fault comes before a first connection")
             pool = pool_of(self.config)
             reason = pool.cannot_host(backend_spec, world_size, hosts="netns")
             if reason:
@@ -45,7 +48,7 @@ class HostedWorlds:
             if world is None or not world.alive:
                 world = self.worlds[key[:2]] = pool.private_world(backend_spec.name, world_size, hosts="netns")
             try:
-                self.scenarios[key] = run_scenario(world, TABLE[fault], when)
+                self.scenarios[key] = run_scenario(world, TABLE[fault], when, lazy_env=backend_spec.lazy_connect_env)
             except BaseException:
                 world.kill()  # a rank raised or hung: the next fault gets new processes
                 raise

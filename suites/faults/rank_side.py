@@ -179,18 +179,20 @@ def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) ->
     return out
 
 
-def first_collective(directory: str, timeout_s: float, numel: int, bound_s: float) -> dict:
-    """The fault before the group's first connection: a group made lazily where the backend can (gloo under
-    TORCH_GLOO_LAZY_INIT=1, read when a group is made), then its first all_reduce under the fault."""
-    before = os.environ.get("TORCH_GLOO_LAZY_INIT")
-    os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
+def first_collective(directory: str, timeout_s: float, numel: int, bound_s: float, lazy_env: dict) -> dict:
+    """The fault before the group's first connection: a group made under the backend's lazy connection switch
+    (``lazy_env``, BackendSpec.lazy_connect_env: gloo's TORCH_GLOO_LAZY_INIT=1, read when a group is made), then its
+    first all_reduce under the fault."""
+    before = {name: os.environ.get(name) for name in lazy_env}
+    os.environ.update(lazy_env)
     try:
         group = dist.new_group(timeout=timedelta(seconds=timeout_s))
     finally:
-        if before is None:
-            del os.environ["TORCH_GLOO_LAZY_INIT"]
-        else:
-            os.environ["TORCH_GLOO_LAZY_INIT"] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
     meeting.mark(directory, f"ready{ctx.rank}")
     meeting.wait(directory, "go", f"rank {ctx.rank}")
     out = {"all_reduce": _bounded(lambda: _all_reduce(group, numel), "first", bound_s)}

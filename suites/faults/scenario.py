@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fixtures.world import World
@@ -67,7 +68,10 @@ def payload(fault: Fault, least: int = NUMEL) -> int:
     return max(least, fault.min_payload // 4)
 
 
-def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadline: float = 60.0) -> Scenario:
+def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadline: float = 60.0,
+                 lazy_env: Mapping[str, str] | None = None) -> Scenario:
+    """``fault`` in ``world``, in the middle of a job or (``before_connect``) before the first connection of a group
+    made under the backend's lazy connection switch ``lazy_env``."""
     if when not in WHEN:
         raise ValueError(f"when must be one of {', '.join(WHEN)}, not {when!r}")
     hosts = world.hosts
@@ -89,7 +93,7 @@ def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadli
                                 timeout_s + BOUND_S - TIMEOUT_S, deadline=deadline)
         else:
             results = world.run(rank_side.first_collective, directory, TIMEOUT_S, payload(fault), FIRST_BOUND_S,
-                                deadline=deadline)
+                                dict(lazy_env or {}), deadline=deadline)
     finally:
         stop.set()
         thread.join()
