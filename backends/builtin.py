@@ -310,6 +310,14 @@ GLOO_GAPS += (
         "backend's connections alone dropped (data_plane), one direction dropped and the link down, 'Connect timeout "
         "[none]' after 10.01-10.02 s on the ranks that raised; under one_way and flap the cut-off rank was still "
         "running after 12 s (gloo retries a refused connect until its connect timeout, 5 times the group's)"),
+    Gap({"clause": "test_the_group_ends_after_its_first_collective_failed", "fault": "cut_after_bytes"},
+        "gloo's lazily connected group (TORCH_GLOO_LAZY_INIT=1) whose first all_reduce had its connections cut after "
+        "256 KiB does not always end: the all_reduce raises at once on every rank ('[gloo/transport/tcp/pair.cc:537] "
+        "Read error [127.77.0.3]:<port>: Connection reset by peer' or '[...pair.cc:553] Connection closed by peer', "
+        "0.02-2.04 s) and destroy_process_group returns at once, but dropping the group's last reference "
+        "(~ProcessGroupGloo) was still running after 12 s on one rank (rank 0 or 2) in 7 of 10 runs at 3 ranks; at 2 "
+        "ranks it ended every time (torch 2.13). Left alone it outlived the world's 60 s deadline",
+        outcome="intermittent", min_world_size=3),
     Gap({"clause": "test_the_error_names_the_operation_or_the_peer", "fault": ("refused", "cut_after_bytes")},
         "gloo at 3 ranks: when the last rank's host resets its connections (refused, or cut after 256 KiB), a rank "
         "that is not its ring neighbour may wait for its timeout "

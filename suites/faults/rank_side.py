@@ -9,8 +9,8 @@ collective waits on each, and shrinks a third over the reachable ranks; it write
 
 Every wait is bounded: a call still running after ``bound_s`` is recorded as such ("stuck") and left behind
 on its thread; the controller then replaces the world (a thread stuck in a backend is beyond repair).
-``first_collective`` is the other scenario: the fault comes before the group's first connection (gloo under
-``TORCH_GLOO_LAZY_INIT=1``), one all_reduce under it.
+``first_collective`` is the other scenario: the fault comes before the first connection of a group made under the
+backend's lazy connection switch (gloo: ``TORCH_GLOO_LAZY_INIT=1``), one all_reduce under it.
 """
 
 from __future__ import annotations
@@ -195,8 +195,16 @@ def first_collective(directory: str, timeout_s: float, numel: int, bound_s: floa
                 os.environ[name] = value
     meeting.mark(directory, f"ready{ctx.rank}")
     meeting.wait(directory, "go", f"rank {ctx.rank}")
-    out = {"all_reduce": _bounded(lambda: _all_reduce(group, numel), "first", bound_s)}
+    held = [group]  # the group's only reference here: its ending below drops it on a thread of its own
+    del group
+    out = {"all_reduce": _bounded(lambda: _all_reduce(held[0], numel), "first", bound_s)}
     meeting.mark(directory, f"faulted{ctx.rank}")
     if not out["all_reduce"].get("stuck"):
-        _destroy([group])
+        # ending the group is bounded too, each step on a thread of its own: destroy_process_group, then dropping its
+        # last reference, whose C++ destructor may wait on the backend's threads (gloo's lazily connected group under
+        # a cut after N bytes, ws3: one of them never returned, so the rank outlived the world's deadline after its
+        # all_reduce had raised)
+        out["destroyed"] = _bounded(lambda: _destroy(held), "destroyed", bound_s)
+        if not out["destroyed"].get("stuck"):
+            out["dropped"] = _bounded(held.clear, "dropped", bound_s)
     return out

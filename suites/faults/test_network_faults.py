@@ -2,7 +2,8 @@
 a stated slack, with an error that names the operation or the peer, on every rank the fault reaches, and succeeds
 exactly on every rank it does not; a reset fails it at once; aborting or destroying a group returns within the same
 bound; the reachable ranks can shrink the group; after healing, the group is what the backend declares and a new
-group is exact; the first collective of a group whose connections the fault forestalled is bounded too.
+group is exact; the first collective of a group whose connections the fault forestalled is bounded too, and so is
+ending that group.
 
 Every rank runs on a simulated host of its own (fixtures/hosts: a network namespace, its own address, the store
 on the switch); the last rank's host gets the fault from suites/faults/table.py in the middle of a job (its
@@ -11,7 +12,8 @@ control). One scenario per fault, backend and world size (suites/faults/scenario
 each on a group of its own; every clause reads it. Which ranks a fault reaches in an operation follows from the two tables' data
 (suites/faults/operations.py ``reached``). Measured first on torch 2.13 with gloo (docs/faults.md). The default
 run takes one fault of each kind (a silent partition, a reset, a slow link); ``--faults all`` every fault of the
-table, and the first collective under lazy init.
+table, and the first collective under lazy init (a group made under the backend's lazy connection switch,
+BackendSpec.lazy_connect_env) with the group's ending after it.
 """
 
 from __future__ import annotations
@@ -33,10 +35,8 @@ SPARED = [(f.name, op.name) for f in FAULTS for op in OPERATIONS if unreached(f,
 TIMED_OUT = [f.name for f in FAULTS if f.ends_by == "timeout" and breaks(f, BY_NAME["all_reduce"])]
 # every fault that breaks the all_reduce from the network (a frozen rank is not one: it never starts its call); the
 # issue measured the partition (pytorch/gloo#520). Each run waits up to 12 s on gloo: under --faults all only.
-# Not a cut after N bytes yet: at ws3 on gloo it left the cut-off rank's first_collective running past the world's
-# 60 s deadline (ws2 passed; reference both), a hang not yet explained (docs/faults.md, "Not built yet")
-FIRST_COLLECTIVE_FAULTS = [f.name for f in FAULTS if breaks(f, BY_NAME["all_reduce"]) and not f.stops_the_rank
-                           and f.name != "cut_after_bytes"]
+FIRST_COLLECTIVE_FAULTS = [f.name for f in FAULTS if breaks(f, BY_NAME["all_reduce"]) and not f.stops_the_rank]
+ENDING_STEPS = ("destroyed", "dropped")  # rank_side.first_collective: destroy_process_group, then the last reference
 
 
 def _brief(outcome: dict) -> object:
@@ -168,3 +168,18 @@ def test_the_first_collective_ends_within_its_timeout(first_connect_scenario):
     wrong = {r: _brief(c) for r, c in scenario.outcomes("all_reduce").items()
              if c["ok"] or not c["runtime_error"] or c["seconds"] > BOUND_S}
     assert not wrong, f"{scenario.fault} before the first connection: bound {BOUND_S:g} s; ranks {wrong}"
+
+
+@pytest.mark.needs(clause="test_the_group_ends_after_its_first_collective_failed")
+@pytest.mark.fault_matrix
+@pytest.mark.parametrize("fault", FIRST_COLLECTIVE_FAULTS)
+def test_the_group_ends_after_its_first_collective_failed(first_connect_scenario):
+    """Once its first all_reduce under the fault has returned, the group ends within the bound on every such rank:
+    destroy_process_group(group), then dropping its last reference (the backend's destructor)."""
+    scenario = first_connect_scenario
+    judged = {r: rank for r, rank in enumerate(scenario.ranks) if not rank["all_reduce"].get("stuck")}
+    assert judged, f"{scenario.fault}: no rank's first all_reduce returned, so no group was ended (the clause above)"
+    wrong = {(r, step): _brief(rank[step]) if step in rank else "not reached (the step before never returned)"
+             for r, rank in judged.items() for step in ENDING_STEPS
+             if step not in rank or rank[step].get("stuck") or rank[step]["seconds"] > BOUND_S}
+    assert not wrong, f"{scenario.fault} before the first connection: bound {BOUND_S:g} s; (rank, step) {wrong}"

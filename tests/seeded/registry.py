@@ -223,6 +223,15 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--faults', 'all'),
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend: ending a group first completes its connections, without a deadline.
+    SeededBug(
+        name='reference_shutdown_completes_the_mesh',
+        contract="a group whose first collective failed under a fault before its first connection ends within the bound",
+        clauses=('suites/faults/test_network_faults.py::test_the_group_ends_after_its_first_collective_failed',),
+        suite='suites/faults/test_network_faults.py::test_the_group_ends_after_its_first_collective_failed',
+        options=('--faults', 'all'),
+        shares_a_run=True,
+    ),
     # Seeded bug in the reference backend's own flight recorder: a collective that failed is recorded completed.
     SeededBug(
         name='reference_fr_failure_completed',
