@@ -270,15 +270,26 @@ def placement_at_detail(tmp_path_factory, launch_hosts):
     return results, cases
 
 
+@pytest.fixture(scope="module")
+def over_ipv6(request, tmp_path_factory, launch_hosts):
+    """A launched run whose control channel and store go over IPv6: on loopback the run above (``::1``); on
+    simulated hosts one of its own, the hosts made with IPv6 addresses and --controller-address node 0's
+    (``fd00:0:0:77::1``), every rank's connections checked to run between the nodes' addresses."""
+    if launch_hosts == "none":
+        return request.getfixturevalue("placement_at_detail")
+    return two_torchrun_nodes(["tests/harness_cases/launch_cases.py", "-k", "placement",
+                               "--controller-address", "{node0_v6}"], tmp_path_factory.mktemp("ipv6"),
+                              hosts=launch_hosts, rendezvous="c10d", ipv6=True,
+                              env={"EXPECT_STORE_HOST": "{node0_v6}", "EXPECT_HOSTS": "node0,node0,node1,node1"})
+
+
 @pytest.mark.skipif(bool(NO_IPV6), reason=NO_IPV6 or "-")
-def test_ipv6_controller_address(placement_at_detail, launch_hosts):
-    """--controller-address ::1: the ranks dial the control channel and the world's store over IPv6."""
-    if launch_hosts == "netns":
-        pytest.skip("--hosts netns: ::1 is each simulated host's own loopback, the other node cannot dial it "
-                    "(the hosts have no IPv6 address on their bridge)")
-    results, cases = placement_at_detail
+def test_ipv6_controller_address(over_ipv6, launch_hosts):
+    """--controller-address over IPv6 (::1, or node 0's address on simulated hosts): the ranks dial the control
+    channel and the world's store over IPv6."""
+    results, cases = over_ipv6
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
-    assert outcomes(cases) == {"tests/harness_cases/launch_cases.py::test_placement[gloo-ws4-DETAIL]": "passed"}
+    assert [c["outcome"] for c in cases.values()] == ["passed"], cases
 
 
 def test_the_debug_level_reaches_every_launched_rank(placement_at_detail):

@@ -28,7 +28,7 @@ PORT = 5555
 # A server on a host: every connection gets SIZE bytes, then is closed.
 SERVER = textwrap.dedent("""
     import socket, sys
-    server = socket.socket()
+    server = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind((sys.argv[1], int(sys.argv[2])))
     server.listen()
@@ -77,9 +77,15 @@ def hosts() -> Iterator[SimulatedHosts]:
         yield made
 
 
-def start_server(hosts: SimulatedHosts, index: int, size: int = 2, port: int = PORT) -> subprocess.Popen[str]:
+def address(host, ipv6: bool = False) -> str:
+    return host.address6 if ipv6 else host.address
+
+
+def start_server(hosts: SimulatedHosts, index: int, size: int = 2, port: int = PORT,
+                 ipv6: bool = False) -> subprocess.Popen[str]:
     host = hosts[index]
-    server = subprocess.Popen([*host.exec_prefix(), sys.executable, "-c", SERVER, host.address, str(port), str(size)],
+    server = subprocess.Popen([*host.exec_prefix(), sys.executable, "-c", SERVER, address(host, ipv6), str(port),
+                               str(size)],
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert server.stdout is not None and server.stdout.readline().strip() == "listening"
     return server
@@ -92,8 +98,8 @@ def stop(process: subprocess.Popen[str]) -> None:
 
 
 def client(hosts: SimulatedHosts, source: int, target: int, size: int = 2, timeout: float = 2.0,
-           port: int = PORT) -> list[str]:
-    run = subprocess.run([*hosts[source].exec_prefix(), sys.executable, "-c", CLIENT, hosts[target].address,
+           port: int = PORT, ipv6: bool = False) -> list[str]:
+    run = subprocess.run([*hosts[source].exec_prefix(), sys.executable, "-c", CLIENT, address(hosts[target], ipv6),
                           str(port), str(size), str(timeout)], capture_output=True, text=True, timeout=timeout + 20)
     assert run.returncode == 0, run.stderr
     return run.stdout.split()
@@ -141,6 +147,27 @@ def test_two_hosts_talk_over_their_own_addresses(hosts):
         assert reply[:3] == ["ok", hosts[0].address, "2"], reply  # from host 0's own address, not loopback's
     finally:
         stop(server)
+
+
+def test_hosts_made_with_ipv6_talk_over_their_unique_local_addresses_and_a_partition_silences_them():
+    """SimulatedHosts(ipv6=True): each host has an fd00:0:0:<subnet>::/64 address on its link, nothing in root's."""
+    before = root_network_state()
+    with SimulatedHosts(2, ipv6=True) as hosts:
+        assert (hosts[0].address6, hosts[1].address6, hosts.switch_address6) == (
+            "fd00:0:0:77::1", "fd00:0:0:77::2", "fd00:0:0:77::fe")
+        assert root_network_state() == before
+        server = start_server(hosts, 1, ipv6=True)
+        try:
+            reply = client(hosts, 0, 1, ipv6=True)
+            assert reply[:3] == ["ok", hosts[0].address6, "2"], reply
+            hosts.partition(1)
+            reply = client(hosts, 0, 1, timeout=1.5, ipv6=True)
+            assert reply[:2] == ["error", "TimeoutError"], reply
+            hosts.heal()
+            assert client(hosts, 0, 1, timeout=HEALED_TIMEOUT_S, ipv6=True)[0] == "ok"
+        finally:
+            stop(server)
+    assert root_network_state() == before
 
 
 def test_a_partition_times_connections_out_and_healing_restores_them(hosts):

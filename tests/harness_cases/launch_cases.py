@@ -25,16 +25,19 @@ def test_placement(world):
     if os.environ.get("EXPECT_DEBUG_LEVEL"):
         assert world.debug_level == os.environ["EXPECT_DEBUG_LEVEL"]
     if os.environ.get("EXPECT_ADDRESSES"):  # nodes on simulated hosts: every byte crosses the bridge
+        # per rank, its node's addresses ("v4" or "v4|v6"); an address is known by the node it belongs to
         expected = os.environ["EXPECT_ADDRESSES"].split(",")
+        node_of = {address: node for node in expected for address in node.split("|")}
         for rank, every in enumerate(world.run(launch_fns.tcp_connections)):
             # rank 0 (and its supervisor) reach the controller, a process of their own host, on its loopback
-            connections = [c for c in every if c != ("127.0.0.1", "127.0.0.1")]
+            connections = [c for c in every if c not in (("127.0.0.1", "127.0.0.1"), ("::1", "::1"))]
             assert connections, f"rank {rank} has no TCP connection beyond its host's loopback: {every}"
-            # from its node's address only (a rank on loopback would show 127.0.0.1), to the node of every peer
+            assert all(local in node_of and remote in node_of for local, remote in connections), (rank, connections)
+            # from its node's addresses only (a rank on loopback would show 127.0.0.1), to the node of every peer
             # (gloo connects every pair) and to node 0's (the controller and the world's store)
             peers = {expected[peer] for peer in range(world.world_size) if peer != rank} | {expected[0]}
-            assert {local for local, _ in connections} == {expected[rank]}, (rank, connections)
-            assert {remote for _, remote in connections} == peers, (rank, connections)
+            assert {node_of[local] for local, _ in connections} == {expected[rank]}, (rank, connections)
+            assert {node_of[remote] for _, remote in connections} == peers, (rank, connections)
 
 
 @pytest.mark.skipif(os.environ.get("LAUNCH_CASE") != "hang", reason="selected by LAUNCH_CASE=hang")

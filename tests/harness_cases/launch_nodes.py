@@ -71,6 +71,7 @@ class SimulatedNode:
     address: str = LOOPBACK
     exec_prefix: tuple[str, ...] = ()
     socket_env: Mapping[str, str] = field(default_factory=dict)
+    address6: str | None = None  # its IPv6 address (simulated hosts made with ipv6=True)
 
     def command(self, argv: Sequence[str]) -> list[str]:
         return [*self.exec_prefix, *argv]
@@ -81,18 +82,18 @@ class SimulatedNodes:
     host's loopback; ``"netns"``: each on a simulated host of its own, owned by this process (its reaper removes
     them if it is killed) and removed on exit, after the run's processes are gone."""
 
-    def __init__(self, count: int, hosts: str = "none") -> None:
+    def __init__(self, count: int, hosts: str = "none", ipv6: bool = False) -> None:
         if hosts not in ("none", "netns"):
             raise ValueError(f"hosts must be none or netns, not {hosts!r}")
-        self.count, self.mode = count, hosts
+        self.count, self.mode, self.ipv6 = count, hosts, ipv6
         self.hosts: SimulatedHosts | None = None
         self.nodes = [SimulatedNode(i) for i in range(count)]
 
     def __enter__(self) -> SimulatedNodes:
         if self.mode == "netns":
-            self.hosts = SimulatedHosts(self.count).__enter__()
-            self.nodes = [SimulatedNode(host.index, host.address, tuple(host.exec_prefix()), host.socket_env())
-                          for host in self.hosts.hosts]
+            self.hosts = SimulatedHosts(self.count, ipv6=self.ipv6).__enter__()
+            self.nodes = [SimulatedNode(host.index, host.address, tuple(host.exec_prefix()), host.socket_env(),
+                                        host.address6) for host in self.hosts.hosts]
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -117,10 +118,12 @@ class SimulatedNodes:
 
     def expect_addresses(self, node_of_rank: Sequence[int]) -> dict[str, str]:
         """For tests/harness_cases/launch_cases.py's test_placement: on simulated hosts every rank's TCP
-        connections must run from its node's address to the nodes' addresses (nothing on loopback)."""
+        connections must run from its node's addresses to the nodes' addresses (nothing on loopback); a node's
+        addresses as ``v4|v6`` where it has both."""
         if not self.hosted:
             return {}
-        return {"EXPECT_ADDRESSES": ",".join(self.nodes[node].address for node in node_of_rank)}
+        return {"EXPECT_ADDRESSES": ",".join("|".join(a for a in (self.nodes[node].address, self.nodes[node].address6)
+                                                      if a) for node in node_of_rank)}
 
 
 def free_port() -> int:
@@ -177,7 +180,7 @@ TWO_NODES_OF_TWO = (0, 0, 1, 1)  # the node of each global rank under two_torchr
 
 
 def two_torchrun_nodes(args: list[str], tmp_path, env=None, torchrun_args=(), during=None, hosts: str = "none",
-                       rendezvous: str = "static") -> tuple[list[tuple[int, str]], dict]:
+                       rendezvous: str = "static", ipv6: bool = False) -> tuple[list[tuple[int, str]], dict]:
     """Two torchruns (--nnodes 2 --nproc-per-node 2), one per simulated node (on ``hosts``), the report's cases.
 
     ``rendezvous="static"``: --master-addr node 0's address (node 0's agent hosts the store). ``"c10d"``: the
@@ -185,11 +188,17 @@ def two_torchrun_nodes(args: list[str], tmp_path, env=None, torchrun_args=(), du
     workers get as MASTER_ADDR when the rank-0 agent is its, and what orders the nodes' ranks: node 0's
     first); on simulated hosts only node 0 hosts the rendezvous store (is_host): torch takes any address in
     127.0.0.0/8 for this machine's own, so node 1 would also start a store server in its namespace (unused:
-    its client dials node 0's address, so the rendezvous works either way, measured). ``{node0}`` in ``args`` stands for node 0's address."""
+    its client dials node 0's address, so the rendezvous works either way, measured). ``{node0}`` in ``args`` stands
+    for node 0's address; ``{node0_v6}`` in ``args`` and ``env`` for its IPv6 address (simulated hosts made with
+    ``ipv6=True``)."""
     port = free_port()
     report = tmp_path / "report"
-    with SimulatedNodes(2, hosts) as nodes:
-        args = [arg.replace("{node0}", nodes.master_addr) for arg in args]
+    with SimulatedNodes(2, hosts, ipv6=ipv6) as nodes:
+        def placed(text: str) -> str:
+            return text.replace("{node0}", nodes.master_addr).replace("{node0_v6}", nodes[0].address6 or "")
+
+        args = [placed(arg) for arg in args]
+        env = {name: placed(value) for name, value in (env or {}).items()}
         commands = []
         for node in (0, 1):
             if rendezvous == "static":
