@@ -79,8 +79,10 @@ def maps_for(spec: "AgentSpec", rank: int, devices: Sequence[str]) -> dict[str, 
 
 
 def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, init_file: str, rpc_timeout: float,
-                     num_worker_threads: int, faults: Faults | None, devices: Sequence[str] = ()) -> None:
-    """torch's own init_rpc, rendezvous through a FileStore at ``init_file`` (the faulty agent for ``faults``).
+                     num_worker_threads: int, faults: Faults | None, devices: Sequence[str] = (),
+                     init_method: str = "") -> None:
+    """torch's own init_rpc, rendezvous through a FileStore at ``init_file`` (the faulty agent for ``faults``), or
+    at ``init_method`` where one is given (``tcp://host:port``, as a user's agents meet at MASTER_ADDR).
 
     ``spec.tensorpipe_transports`` picks TensorPipe's transports. The faulty
     agent cannot: its options class (C++ FaultyTensorPipeRpcBackendOptions)
@@ -94,8 +96,8 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
         from torch.distributed.rpc import _testing  # registers FAULTY_TENSORPIPE
 
         options = _testing.FaultyTensorPipeRpcBackendOptions(
-            num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, init_method=f"file://{init_file}",
-            messages_to_fail=list(faults.fail), messages_to_delay=dict(faults.delay),
+            num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
+            init_method=init_method or f"file://{init_file}", messages_to_fail=list(faults.fail), messages_to_delay=dict(faults.delay),
             num_fail_sends=faults.num_fail_sends)
         backend = rpc.backend_registry.BackendType.FAULTY_TENSORPIPE
     else:
@@ -106,15 +108,17 @@ def start_tensorpipe(spec: "AgentSpec", *, rank: int, world_size: int, store, in
         if maps:
             chosen.update(device_maps=maps, devices=[devices[rank]])
         options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
-                                                  init_method=f"file://{init_file}", **chosen)
+                                                  init_method=init_method or f"file://{init_file}", **chosen)
         # the registry rebuilds the enum when FAULTY_TENSORPIPE registers: look it up now
         backend = rpc.backend_registry.BackendType["TENSORPIPE"]
     rpc.init_rpc(worker_name(rank), rank=rank, world_size=world_size, backend=backend, rpc_backend_options=options)
 
 
 def start_reference(spec: "AgentSpec", *, rank: int, world_size: int, store, init_file: str, rpc_timeout: float,
-                    num_worker_threads: int, faults: Faults | None, devices: Sequence[str] = ()) -> None:
-    """The reference package's init_rpc over ``spec.transport``, rendezvous at ``init_file`` as TensorPipe's.
+                    num_worker_threads: int, faults: Faults | None, devices: Sequence[str] = (),
+                    init_method: str = "") -> None:
+    """The reference package's init_rpc over ``spec.transport``, rendezvous at ``init_file`` (or ``init_method``)
+    as TensorPipe's.
 
     Like torch's init_rpc, the reference one then gives its store the RPC
     timeout: what a user's agent has, so a wait that wrongly inherits it shows
@@ -123,7 +127,8 @@ def start_reference(spec: "AgentSpec", *, rank: int, world_size: int, store, ini
     TensorPipe's options do (backends/reference/rpc/device_maps.py), for any device type.
     """
     rpc = importlib.import_module(spec.module)
-    rendezvous = {"init_method": f"file://{init_file}"} if init_file else {"store": store}
+    rendezvous = ({"init_method": init_method} if init_method else {"init_method": f"file://{init_file}"}
+                  if init_file else {"store": store})
     maps = maps_for(spec, rank, devices)
     options = rpc.ReferenceRpcBackendOptions(agent=spec.name, transport=spec.transport,
                                              num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout,
@@ -155,7 +160,8 @@ class AgentSpec:
     # context (reducer.cpp runGradCallbackForVariable), so it must be the DDP that knows this agent's contexts
     ddp_module: str = "torch.nn.parallel"
     # How a rank starts it: start(spec, rank=, world_size=, store=, init_file=, rpc_timeout=,
-    # num_worker_threads=, faults=, devices=) (see start_agent)
+    # num_worker_threads=, faults=, devices=) (see start_agent), and init_method= (a rendezvous URL that wins over
+    # init_file) where suites/faults start it over the world's store
     start: Callable[..., None] = start_reference
     # A reference agent's transport: "module:factory", factory(ReferenceRpcBackendOptions) -> a
     # backends.reference.rpc.transport.Transport ("" for an agent that brings its own)
@@ -304,6 +310,19 @@ TENSORPIPE = AgentSpec(
             "(pytorch/gloo#520: gloo's connect has no bound). The same under one_way, flap and data_plane (neither "
             "worker returned within 7 s, ws2); with worker1 frozen before init_rpc, worker0's never returned within "
             "7 s (worker1's, once let go, returned in 0.06 s)"),
+        # the agents meet at the world's store here (tcp://<switch>:<port>, every worker a client), as a user's do
+        Gap({"clause": "test_graceful_shutdown_ends_within_its_timeout", "fault": "control_plane"},
+            "torch 2.13's rpc.shutdown(graceful=True, timeout=2) with the store cut off from the last worker's host "
+            "(the agents met at that store, as a user's meet at MASTER_ADDR): the workers that reach the store raise "
+            "'DistStoreError: wait timeout after 2000ms, keys: /rpc_prefix_0/shutdown/READY_ID_1' after 2 s, the cut-off "
+            "one never returned within 7 s (ws2 and ws3, two runs each): its store request is never answered, and "
+            "torch's TCPStore client never gives it up (TCPSTORE_GET_UNBOUNDED)"),
+        Gap({"clause": "test_connecting_ends_within_the_agent_timeout", "fault": "control_plane"},
+            "torch 2.13's init_rpc (rpc_timeout=2) with the store cut off from the last worker's host before the "
+            "agents start never returned within 7 s on any worker (ws2 and ws3, two runs each): init_rpc "
+            "rendezvouses (dist.rendezvous) under c10d's default timeout, 30 minutes, and gives the store the RPC "
+            "timeout only once reached (the reference agents rendezvous under the RPC timeout: every worker raised "
+            "'DistStoreError: wait timeout after 2000ms, keys: /reference_rpc_0/agent/name/<cut rank>' in 2.09-2.15 s)"),
         Gap({"rpc_feature": "async_future_exception"},
             "torch.futures.Future.set_exception stores the exception as the future's value with a "
             "Python-only unwrap function; the agent's C++ side sends that value back, so the caller "

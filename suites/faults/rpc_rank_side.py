@@ -4,7 +4,9 @@ network fault, steered by files.
 As for the collectives (suites/faults/rank_side.py), the controller (suites/faults/rpc_scenario.py) and the ranks
 meet in a folder, never over the network the fault cuts; the agents rendezvous through a file in that folder too
 (TensorPipe's ``file://`` init, the reference agents' FileStore), so only the agents' own connections cross the
-faulty link. Each rank calls "across the cut": the ranks beside it call the cut rank, the cut rank calls rank 0.
+faulty link, except under a fault of the control plane: there they rendezvous where a user's do, at the world's
+store on the switch (``tcp://<switch>:<port>``, every rank a client, as under torchrun's agent store), which the
+fault cuts. Each rank calls "across the cut": the ranks beside it call the cut rank, the cut rank calls rank 0.
 Every call is timed here and comes back as a plain dict (seconds, value or error type and text).
 
 An agent that starts once per process (TensorPipe) is left running or half shut down: the controller gives each
@@ -26,11 +28,7 @@ from fixtures.rank import ctx
 from suites.faults import meeting
 
 OPERATIONS = ("rpc_sync", "rpc_async", "remote", "to_here")
-
-
-
-
-
+AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"  # "True": a tcp:// rendezvous joins the store at the address as a client
 
 
 def across_the_cut(cut: int) -> int:
@@ -38,12 +36,29 @@ def across_the_cut(cut: int) -> int:
     return 0 if ctx.rank == cut else cut
 
 
-def _start(agent: str, directory: str, timeout_s: float, tag: str):
-    """Start ``agent`` as it runs between hosts (rpc_agents.across_hosts), rendezvous through a file in the folder."""
+def _start(agent: str, directory: str, timeout_s: float, tag: str, over_the_store: bool):
+    """Start ``agent`` as it runs between hosts (rpc_agents.across_hosts), rendezvous through a file in the folder,
+    or (``over_the_store``) at the world's store, every rank a client of it (TORCHELASTIC_USE_AGENT_STORE=True, as
+    torchrun's workers: rank 0 starts no store of its own)."""
     spec = rpc_agents.across_hosts(rpc_agents.get(agent))
-    spec.start(spec, rank=ctx.rank, world_size=ctx.world_size, store=None,
-               init_file=os.path.join(directory, f"rendezvous-{tag}"), rpc_timeout=timeout_s, num_worker_threads=8,
-               faults=None, devices=())
+    where: dict[str, str] = {}
+    if over_the_store:
+        assert ctx.config is not None, "a rank of a world knows its store"
+        host, port = ctx.config.store
+        where["init_method"] = f"tcp://{host}:{port}"
+    before = os.environ.get(AGENT_STORE_ENV)
+    if over_the_store:
+        os.environ[AGENT_STORE_ENV] = "True"
+    try:
+        spec.start(spec, rank=ctx.rank, world_size=ctx.world_size, store=None,
+                   init_file=os.path.join(directory, f"rendezvous-{tag}"), rpc_timeout=timeout_s, num_worker_threads=8,
+                   faults=None, devices=(), **where)
+    finally:
+        if over_the_store:
+            if before is None:
+                del os.environ[AGENT_STORE_ENV]
+            else:
+                os.environ[AGENT_STORE_ENV] = before
     return rpc_agents.api(agent)
 
 
@@ -93,10 +108,11 @@ def _all_at_once(operations: dict[str, Callable[[], float]], wait_s: float) -> d
     return outcomes
 
 
-def calls_under_fault(agent: str, directory: str, timeout_s: float, numel: int, cut: int, wait_s: float) -> dict:
+def calls_under_fault(agent: str, directory: str, timeout_s: float, numel: int, cut: int, wait_s: float,
+                      over_the_store: bool) -> dict:
     """Start ``agent`` (RPC timeout ``timeout_s``), connect, then time every operation under the fault and after
     healing, on the same agent; stop it without the handshake (a graceful shutdown has clauses of its own)."""
-    rpc = _start(agent, directory, timeout_s, "calls")
+    rpc = _start(agent, directory, timeout_s, "calls", over_the_store)
     peer = rpc_agents.worker_name(across_the_cut(cut))
     try:
         for other in range(ctx.world_size):  # every connection exists: the fault comes in the middle of a job
@@ -133,10 +149,10 @@ def _bounded(call: Callable[[], Any], wait_s: float) -> dict:
 
 
 def shutdown_under_fault(agent: str, directory: str, timeout_s: float, shutdown_timeout_s: float, cut: int,
-                         wait_s: float) -> dict:
+                         wait_s: float, over_the_store: bool) -> dict:
     """Start ``agent``, connect, then under the fault make one call across the cut and at once call
     ``shutdown(graceful=True, timeout=shutdown_timeout_s)`` on every rank, waiting at most ``wait_s`` for it."""
-    rpc = _start(agent, directory, timeout_s, "shutdown")
+    rpc = _start(agent, directory, timeout_s, "shutdown", over_the_store)
     for other in range(ctx.world_size):
         if other != ctx.rank:
             rpc.rpc_sync(rpc_agents.worker_name(other), torch.add, args=(torch.ones(1), 1))
@@ -149,13 +165,14 @@ def shutdown_under_fault(agent: str, directory: str, timeout_s: float, shutdown_
     return outcome
 
 
-def connect_under_fault(agent: str, directory: str, timeout_s: float, numel: int, cut: int, wait_s: float) -> dict:
+def connect_under_fault(agent: str, directory: str, timeout_s: float, numel: int, cut: int, wait_s: float,
+                        over_the_store: bool) -> dict:
     """The fault is in place before the agent exists: time its start and the first call across the cut, each
     waited for at most ``wait_s``."""
     meeting.mark(directory, f"ready{ctx.rank}")
     meeting.wait(directory, "go", f"rank {ctx.rank}")
     made: list = []
-    started = _bounded(lambda: made.append(_start(agent, directory, timeout_s, "connect")), wait_s)
+    started = _bounded(lambda: made.append(_start(agent, directory, timeout_s, "connect", over_the_store)), wait_s)
     first = None
     if started["ok"]:
         peer = rpc_agents.worker_name(across_the_cut(cut))

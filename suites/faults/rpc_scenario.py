@@ -88,14 +88,19 @@ def run_rpc_scenario(world: World, agent: str, fault: Fault, kind: str, deadline
     missing: list[str] = []
 
     timeout, numel, give_up = timeout_for(fault), payload(fault, NUMEL), give_up_after(fault)
+    # the agents meet at the world's store (on the switch) only where the fault is on the control plane: elsewhere
+    # through a file, so that only their own connections cross the faulty link
+    over_the_store = fault.plane == "control"
     call: Callable[..., dict]
     args: tuple
     if kind == "calls":
-        call, args = rpc_rank_side.calls_under_fault, (agent, directory, timeout, numel, cut, give_up)
+        call, args = rpc_rank_side.calls_under_fault, (agent, directory, timeout, numel, cut, give_up, over_the_store)
     elif kind == "shutdown":
-        call, args = rpc_rank_side.shutdown_under_fault, (agent, directory, timeout, timeout, cut, give_up)
+        call, args = rpc_rank_side.shutdown_under_fault, (agent, directory, timeout, timeout, cut, give_up,
+                                                           over_the_store)
     else:
-        call, args = rpc_rank_side.connect_under_fault, (agent, directory, timeout, numel, cut, give_up)
+        call, args = rpc_rank_side.connect_under_fault, (agent, directory, timeout, numel, cut, give_up,
+                                                          over_the_store)
     thread = threading.Thread(target=meeting.control,
                               args=(directory, world.world_size, cut, fault, target, hosts, stop, missing,
                                     "under the fault"), name=f"rpc-fault-{fault.name}", daemon=True)

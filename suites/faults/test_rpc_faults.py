@@ -14,9 +14,10 @@ torch 2.13 with TensorPipe (docs/faults.md); where torch has no bound the clause
 timeout and TensorPipe's behaviour is a gap quoting it (backends/rpc_agents.py). The default run takes a silent
 partition and a slow link; ``--faults all`` adds resets (refused connections, and each connection cut after 256 KiB
 in the middle of a 1 MiB call), a lossy link and the other silent faults (one direction, a link down, a frozen
-process, the agent's connections alone), ``--faults NAMES`` those named. ``control_plane`` is not read: the agents
-rendezvous through a file here, so the store's connections carry nothing of theirs and the clause could not fail. A
-frozen rank makes its calls once it is let go, the fault healed: under it, only its peers' calls are read.
+process, the agent's connections alone) and the store alone cut off (``control_plane``: there the agents rendezvous
+at the world's store on the switch, elsewhere through a file so that only their own connections cross the faulty
+link), ``--faults NAMES`` those named. A frozen rank makes its calls once it is let go, the fault healed: under it,
+only its peers' calls are read.
 """
 
 # ruff: noqa: F811  (the clauses take the fixtures imported from rpc_worlds as arguments of the same names)
@@ -40,6 +41,9 @@ DEFAULT_FAULTS = (SILENT, SLOW)  # the default run's: a partition and a slow lin
 # silent too, each in its own way: the cut host's sends dropped (one direction), its link down, its process stopped
 # (SIGSTOP), only the agent's own connections dropped (the store's pass)
 OTHER_SILENT = ("one_way", "flap", "frozen", "data_plane")
+# the store alone cut off (its port's traffic dropped): under it the agents rendezvous at the world's store
+# (rpc_scenario.py), so it reaches their start and whatever else of theirs goes through the store
+CONTROL = "control_plane"
 BOUND_S = TIMEOUT_S + SLACK_S
 # the operation (rpc_sync, rpc_async, remote, to_here, an RRef fetch) or the peer (worker<N>, rank <N>, id=<N>)
 NAMES_A_CALL = r"rpc_sync|rpc_async|remote\(|rpc\.remote|to_here|RRef"
@@ -63,9 +67,10 @@ FAULTS_OF = {
     "test_every_call_raises_a_runtime_error": UNDER_A_FAULT,
     "test_the_error_names_the_call_or_the_peer": UNDER_A_FAULT,
     "test_a_slow_or_lossy_link_never_breaks_a_call_that_fits_its_timeout": (SLOW, LOSSY),
+    "test_a_store_cut_off_never_breaks_a_call_between_started_agents": (CONTROL,),
     "test_after_healing_the_agent_is_as_declared": UNDER_A_FAULT,
-    "test_graceful_shutdown_ends_within_its_timeout": (SILENT, *OTHER_SILENT),
-    "test_connecting_ends_within_the_agent_timeout": (SILENT, *OTHER_SILENT),
+    "test_graceful_shutdown_ends_within_its_timeout": (SILENT, *OTHER_SILENT, CONTROL),
+    "test_connecting_ends_within_the_agent_timeout": (SILENT, *OTHER_SILENT, CONTROL),
 }
 
 
@@ -120,6 +125,17 @@ def test_a_slow_or_lossy_link_never_breaks_a_call_that_fits_its_timeout(calls):
     broken = {(r, op): c.get("value", c.get("error", "")[:160]) for r, op, c in _calls(calls, "under")
               if not (c["ok"] and c["value"] == 2.0)}
     assert not broken, f"{calls.fault}: {broken}"
+
+
+@pytest.mark.needs(clause="test_a_store_cut_off_never_breaks_a_call_between_started_agents")
+def test_a_store_cut_off_never_breaks_a_call_between_started_agents(calls):
+    """With only the store cut off (where the agents met), every call between agents already started succeeds,
+    exact, within its timeout plus the slack, under the fault and after it."""
+    broken = {(phase, r, op): c.get("value", c.get("error", "")[:160]) if c.get("returned", True)
+              else f"still running after {c['seconds']:.1f} s"
+              for phase in ("under", "after") for r, op, c in _calls(calls, phase)
+              if not (c["ok"] and c["value"] == 2.0 and c["seconds"] <= BOUND_S)}
+    assert not broken, f"{calls.fault}: (phase, rank, call): {broken}"
 
 
 # --------------------------------------------------------------------------- after healing

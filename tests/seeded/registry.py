@@ -1113,6 +1113,36 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--rpc-agent', 'reference-tp',),
         shares_a_run=True,
     ),
+    # Seeded bug: graceful shutdown trusts the store to bound its own waits (the control plane cut off).
+    SeededBug(
+        name='rpc_store_shutdown_unbounded',
+        wraps_gloo=True,
+        contract="With the store cut off from a worker's host, shutdown(graceful=True, timeout=2) ends within 2 s + slack",
+        clauses=('suites/faults/test_rpc_faults.py::test_graceful_shutdown_ends_within_its_timeout',),
+        suite='suites/faults/test_rpc_faults.py::test_graceful_shutdown_ends_within_its_timeout',
+        options=('--rpc-agent', 'reference-tp', '--faults', 'control_plane'),
+        shares_a_run=True,
+    ),
+    # Seeded bug: the agent's rendezvous runs under c10d's default 30 minutes, not the agent's timeout.
+    SeededBug(
+        name='rpc_rendezvous_without_its_timeout',
+        wraps_gloo=True,
+        contract="With the store cut off before init_rpc, init_rpc ends within the agent's RPC timeout + slack",
+        clauses=('suites/faults/test_rpc_faults.py::test_connecting_ends_within_the_agent_timeout',),
+        suite='suites/faults/test_rpc_faults.py::test_connecting_ends_within_the_agent_timeout',
+        options=('--rpc-agent', 'reference-tp', '--faults', 'control_plane'),
+        shares_a_run=True,
+    ),
+    # Seeded bug: every call looks its destination up in the store again.
+    SeededBug(
+        name='rpc_calls_read_the_store',
+        wraps_gloo=True,
+        contract="With only the store cut off, every call between started agents succeeds, exact, within its timeout",
+        clauses=('suites/faults/test_rpc_faults.py::test_a_store_cut_off_never_breaks_a_call_between_started_agents',),
+        suite='suites/faults/test_rpc_faults.py::test_a_store_cut_off_never_breaks_a_call_between_started_agents',
+        options=('--rpc-agent', 'reference-tp', '--faults', 'control_plane'),
+        shares_a_run=True,
+    ),
     # Seeded bug: reference-tp sends every tensor row-major, so a transpose arrives contiguous.
     SeededBug(
         name='rpc_strides_lost',

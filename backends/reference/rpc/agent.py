@@ -77,6 +77,35 @@ ID_MASK = (1 << ID_BITS) - 1
 IDLE_POLL_S = 0.002
 # shutdown(timeout=0) waits for late workers as long as it takes (7 days: within int32 ms)
 UNBOUNDED_SHUTDOWN_WAIT = timedelta(days=7)
+# how long past its deadline a store call is still waited for: a store that answers, if only with its own timeout
+# error (a worker's key missing), is heard, and only one that gives no answer at all is reported as silent
+STORE_GRACE_S = 0.5
+
+
+def _within(deadline: float, why: str, call):
+    """``call()`` on a thread of its own, given up STORE_GRACE_S after ``deadline`` (time.monotonic()) with
+    RuntimeError(``why``).
+
+    For the store's calls: torch's TCPStore client bounds a wait by its timeout only while its server answers; a
+    request dropped on the way (the store cut off from this host) is never answered and never given up
+    (backends/spec.py TCPSTORE_GET_UNBOUNDED). The thread is left behind on the dead connection."""
+    result: list = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:  # handed to the caller
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="reference-rpc-store-call", daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline + STORE_GRACE_S - time.monotonic()))
+    if failure:
+        raise failure[0]
+    if not result:
+        raise RuntimeError(why)
+    return result[0]
 # the least a graceful shutdown with a timeout leaves its transport's close (the STOP exchange with idle peers takes
 # milliseconds): a shutdown that used up its timeout still ends within it plus this
 CLOSE_GRACE_S = 0.5
@@ -321,16 +350,24 @@ class Agent:
                 raise RuntimeError(f"{self.info}: RPC shutdown timed out after {timeout:g} s: the workers' "
                                    f"message counts never balanced (messages to or from {self._unbalanced(previous)} "
                                    "still in flight)")
-            self.store.set(f"shutdown/{round_}/{self.rank}", self._ledger())
             keys = [f"shutdown/{round_}/{r}" for r in range(self.world_size)]
             if deadline is not None:
-                self.store.wait(keys, timedelta(seconds=max(0.001, deadline - time.monotonic())))
+                found = _within(deadline, f"{self.info}: RPC shutdown timed out after {timeout:g} s: the store gave "
+                                "no answer", lambda: self._exchange_ledgers(round_, keys, deadline))
             else:  # torch's graceful shutdown has no timeout: never the store's (the RPC timeout)
-                self.store.wait(keys, UNBOUNDED_SHUTDOWN_WAIT)
-            links = ledger.open_links([ledger.Ledger.decode(self.store.get(key), self.world_size) for key in keys])
+                found = self._exchange_ledgers(round_, keys, None)
+            links = ledger.open_links([ledger.Ledger.decode(value, self.world_size) for value in found])
             if ledger.quiet(links) and links == previous:  # and nothing moved since the last round
                 return
             previous = links
+
+    def _exchange_ledgers(self, round_: int, keys: list[str], deadline: float | None) -> list[bytes]:
+        """Publish this worker's ledger for ``round_`` and read every worker's, over the store."""
+        self.store.set(f"shutdown/{round_}/{self.rank}", self._ledger())
+        wait = timedelta(seconds=max(0.001, deadline - time.monotonic())) if deadline is not None \
+            else UNBOUNDED_SHUTDOWN_WAIT
+        self.store.wait(keys, wait)
+        return [self.store.get(key) for key in keys]
 
     def _unbalanced(self, links) -> str:
         """The workers of the links whose counts differ (sent against received), in words, for shutdown's error."""

@@ -41,6 +41,12 @@ def _make_transport(options: ReferenceRpcBackendOptions):
     return transport
 
 
+def rendezvous(init_method: str, rank: int, world_size: int, timeout_s: float):
+    """``init_method``'s rendezvous, its store reached within the agent's timeout (torch's init_rpc rendezvouses
+    under c10d's default 30 minutes: an agent whose store is cut off waits that long to start)."""
+    return dist.rendezvous(init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
+
+
 def init_rpc(name, backend=None, rank=-1, world_size=None, rpc_backend_options=None):
     """Start this worker's reference agent; returns when every worker of the world has started."""
     global _init_counter, _rendezvous
@@ -65,7 +71,7 @@ def init_rpc(name, backend=None, rank=-1, world_size=None, rpc_backend_options=N
             raise RuntimeError("RPC is already initialized")  # torch's text (_init_rpc_backend)
         store = options.store
         if store is None:
-            _rendezvous = dist.rendezvous(options.init_method or "env://", rank=rank, world_size=world_size)
+            _rendezvous = rendezvous(options.init_method or "env://", rank, world_size, options.rpc_timeout or 300)
             store, _, _ = next(_rendezvous)
             store.set_timeout(timedelta(seconds=options.rpc_timeout or 300))
             # torch's rule: a PrefixStore per init, so re-inits in one process never collide
