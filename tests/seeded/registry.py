@@ -223,6 +223,16 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--faults', 'all'),
         shares_a_run=True,
     ),
+    # Seeded bug in the native backend, under a network fault: a shrunk group still counts the rank it excluded.
+    SeededBug(
+        name='native_shrink_under_fault_waits_for_the_cut_rank',
+        builds=('native',),
+        contract="under a fault the reachable ranks shrink_group the cut-off rank away and all_reduce on the rest, exact",
+        clauses=('suites/faults/test_network_faults.py::test_the_reachable_ranks_shrink_the_group',),
+        suite='suites/faults/test_network_faults.py::test_the_reachable_ranks_shrink_the_group',
+        options=('--faults', 'frozen'),
+        shares_a_run=True,
+    ),
     # Seeded bug in the reference backend: ending a group first completes its connections, without a deadline.
     SeededBug(
         name='reference_shutdown_completes_the_mesh',
