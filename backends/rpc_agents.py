@@ -396,9 +396,11 @@ AGENTS: dict[str, AgentSpec] = {
                 "recvAnysource\"): PgTransport.start() posts its first receives (frames staged through the rank's "
                 "GPU, NCCL moving CUDA tensors only) and fails with that error (torch's source; not run here)",
                 outcome="skip"),
-        
-            # over the reference backend (--backend reference), measured on simulated hosts, ws2 and ws3
-            Gap({"backend": "reference", "fault": SILENT_FAULTS,
+
+            # over the reference backend (--backend reference), measured on simulated hosts, ws2 and ws3; not under
+            # frozen (2026-12-03, ws2, --faults all: the three cases XPASSed): a stopped peer's kernel still takes
+            # the frames, so no send blocks
+            Gap({"backend": "reference", "fault": ("partition", "one_way", "flap", "data_plane"),
                  "clause": ("test_every_call_ends_within_its_timeout", "test_every_call_raises_a_runtime_error",
                             "test_after_healing_the_agent_is_as_declared")},
                 "reference-pg over the reference backend, under a partition: rpc_sync and rpc_async raised 'RPC ran "

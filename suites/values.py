@@ -44,6 +44,7 @@ SHAPES = {
     "2d": (3, 5),
     "empty": (0,),
     "4MiB": (1 << 20,),  # 4 MiB of float32
+    "32MiB": (8 << 20,),  # 32 MiB of float32: more than a TCP connection's buffers take (loopback: 4 + 6 MiB at most)
 }
 
 # Which reduce ops are meaningful for which dtypes (the contract's matrix).

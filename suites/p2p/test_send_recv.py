@@ -6,7 +6,8 @@ wait(); a recv naming a source takes only that source's message and
 returns it as the sender; tags select which message a recv gets,
 whatever order the recvs are posted in; messages between one pair with one
 tag arrive in the order they were sent; a recv without a source takes a
-message from any rank and reports who sent it. Every payload says which
+message from any rank and reports who sent it; isend returns before the
+receiver posts its recv, however large the message (only wait() waits). Every payload says which
 rank made it (suites.values.rank_payload), so a message delivered to the
 wrong rank, from the wrong rank or out of order is caught.
 """
@@ -24,10 +25,13 @@ from suites.p2p.common import decoy, neighbours, payload, sent
 
 pytestmark = [pytest.mark.needs(collective="send_recv"), pytest.mark.min_world_size(2)]
 
-RING_SALT, ASYNC_SALT, ORDER_SALT, TAG_SALT, ANY_SALT, LARGE_SALT, SRC_SALT = 11, 22, 33, 44, 55, 66, 77
+RING_SALT, ASYNC_SALT, ORDER_SALT, TAG_SALT, ANY_SALT, LARGE_SALT, SRC_SALT, EARLY_SALT = 11, 22, 33, 44, 55, 66, 77, 88
 IN_FLIGHT = 4  # messages one rank has outstanding to its neighbour in the ordering clause
 DTYPE_NUMEL = 64
 DRAIN_S = 2.0  # how long rank 0 waits for each message it still owes a sender after an error
+# how long the receiver waits for the sender's word that its isend returned before it posts its recv anyway (so a
+# backend whose isend waits for the receiver is caught, not hung): a returning isend takes milliseconds
+ISEND_RETURN_WAIT = timedelta(seconds=10)
 
 
 # ---------------------------------------------------------------- rank side
@@ -153,6 +157,27 @@ def gather_from_any_source(salt, shape_name="1d"):
     return received, error
 
 
+def isend_before_the_recv(salt):
+    """Rank 0 isends 32 MiB to rank 1 and says so in the store once isend returned; rank 1 posts its recv only after
+    that word (or after ISEND_RETURN_WAIT without it). Returns (rank 1: whether the word came first, the message)."""
+    key = f"isend-returned/{salt}"
+    if ctx.rank == 0:
+        work = dist.isend(sent("32MiB", salt=salt), 1)
+        ctx.store.set(key, "1")
+        work.wait()
+        return None
+    if ctx.rank != 1:
+        return None
+    try:
+        ctx.store.wait([key], ISEND_RETURN_WAIT)
+        came_first = True
+    except Exception:  # DistStoreError: the word never came; post the recv so the sender is let go
+        came_first = False
+    incoming = decoy(payload(0, "32MiB", salt=salt))
+    dist.recv(incoming, 0)
+    return came_first, incoming.cpu()
+
+
 def dtype_payload(rank, dtype):
     """rank_payload made hard for dtype: bits a narrower transport would lose."""
     if dtype == "int64":  # 2**55 + r*1000 + k: not representable in float64
@@ -201,6 +226,14 @@ def test_send_recv_large_message(world):
     """A 4 MiB float32 message arrives exactly (blocking ring)."""
     results = world.run(ring_blocking, "4MiB", LARGE_SALT)
     check_ring(results, world.world_size, "4MiB", LARGE_SALT, "4 MiB ring")
+
+
+def test_isend_returns_before_the_receiver_posts_its_recv(world):
+    """isend of 32 MiB returns before the receiver has posted its recv; the message then arrives exactly."""
+    came_first, incoming = world.run(isend_before_the_recv, EARLY_SALT)[1]
+    assert came_first, (f"rank 0's isend of 32 MiB did not return until rank 1 posted its recv (rank 1 waited "
+                        f"{ISEND_RETURN_WAIT.total_seconds():g} s for it): isend waited for the receiver")
+    expect_tensor(incoming, payload(0, "32MiB", salt=EARLY_SALT), "the 32 MiB message on rank 1")
 
 
 def test_isend_irecv_ring(world):

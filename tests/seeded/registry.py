@@ -618,6 +618,15 @@ BUGS: tuple[SeededBug, ...] = (
         suite='suites/p2p/test_send_recv.py',
         shares_a_run=True,
     ),
+    # Seeded bug: isend returns only once the message is delivered (rendezvous semantics).
+    SeededBug(
+        name='isend_waits_for_the_receiver',
+        wraps_gloo=True,
+        contract='isend returns before the receiver posts its recv; only wait() waits',
+        clauses=('suites/p2p/test_send_recv.py::test_isend_returns_before_the_receiver_posts_its_recv',),
+        suite='suites/p2p/test_send_recv.py',
+        shares_a_run=True,
+    ),
     # Seeded bug: recv from any source reports the wrong sender.
     SeededBug(
         name='recv_anysource_wrong_sender',

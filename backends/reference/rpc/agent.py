@@ -524,11 +524,13 @@ class Agent:
             self.transport.send(dst, frame)
         except Exception as exc:
             next(self._failed_to[dst])
-            entry = self._pending.pop(msg_id, None) if msg_id is not None else None
+            if msg_id is None:  # no call of ours waits on it (a response, a control frame): the caller handles it
+                raise
+            entry = self._pending.pop(msg_id, None)
             if entry is not None:
                 self._fail(entry, RuntimeError(f"RPC to {self.workers[dst]} failed: {exc}"))
-            if msg_id is None or entry is None:
-                raise
+            # else the call's future has its error already (the transport failed the peer's calls as it gave up on
+            # it, or the call timed out): like TensorPipe's, a call to a lost peer never raises where it was made
 
     def _fail(self, entry: Pending, error: BaseException) -> None:
         if entry.state is not None:
