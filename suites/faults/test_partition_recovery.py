@@ -113,8 +113,7 @@ def test_every_handle_makes_the_group_before_the_cut(recovery):
 
 @pytest.mark.parametrize("cut, fault", RUNS)
 def test_every_rank_detects_the_cut_within_its_timeout(recovery):
-    """Once one rank's host is cut off every rank's all_reduce raises a RuntimeError within its timeout plus the
-    stated slack."""
+    """Once a rank's host is cut off, every rank's all_reduce raises a RuntimeError within its timeout plus slack."""
     calls = _step(recovery, "under")
     wrong = {r: _outcome(c) if c["ok"] else f"{c['seconds']:.2f} s: {c['error'][:160]}" for r, c in calls.items()
              if c["ok"] or not c["runtime_error"] or c["seconds"] > DETECT_TIMEOUT_S + SLACK_S}
@@ -132,8 +131,9 @@ def _declared_error(backend_spec, fault: str) -> str:
 @pytest.mark.needs(feature="get_error")
 @pytest.mark.parametrize("cut, fault", RUNS)
 def test_get_error_after_the_cut_is_as_declared(recovery, backend_spec):
-    """After the cut every rank's get_error() is what the backend declares after a timeout (a partition) or after a
-    peer's reset (refused)."""
+    """After the cut every rank's get_error() is what the backend declares for the fault (a timeout or a reset).
+
+    ``errors_after_faults.after_timeout`` under a partition, ``after_reset`` under refused."""
     _step(recovery, "under")
     declared = _declared_error(backend_spec, recovery.fault)
     seen = {r: found["error"] for r, found in enumerate(recovery.ranks)}
@@ -154,8 +154,9 @@ def test_the_abort_hook_runs_when_the_cut_revokes_the_group(recovery):
 # --------------------------------------------------------------------------- shrink, heal, grow back
 @pytest.mark.parametrize("cut, fault", RUNS)
 def test_the_reachable_ranks_reconfigure_without_the_cut_rank(recovery):
-    """The reachable ranks reconfigure without the cut rank under a fresh uuid: renumbered in order, all_reduce and
-    broadcast exact."""
+    """Without the cut rank the reachable ranks reconfigure, renumbered in order: all_reduce and broadcast exact.
+
+    Under a fresh uuid; without a middle rank the ranks after it move down by one."""
     calls = _step(recovery, "shrink", recovery.reachable)
     assert not (wrong := _exact(calls, len(recovery.reachable), recovery.shrunk_rank)), \
         f"without rank {recovery.cut_rank}, (size, rank, all_reduce, broadcast) by world rank: {wrong}"
@@ -163,7 +164,8 @@ def test_the_reachable_ranks_reconfigure_without_the_cut_rank(recovery):
 
 @pytest.mark.parametrize("cut, fault", RUNS)
 def test_after_healing_the_whole_world_grows_back_by_reconfigure(recovery):
-    """After healing every rank, the returning one included, reconfigures to the whole world under a fresh uuid:
-    each numbered as before, all_reduce and broadcast exact."""
+    """After healing every rank reconfigures to the whole world, numbered as before: all_reduce and broadcast exact.
+
+    The returning rank included, under a fresh uuid."""
     calls = _step(recovery, "grow")
     assert not (wrong := _exact(calls, len(calls), lambda r: r)), f"(size, rank, all_reduce, broadcast): {wrong}"
