@@ -523,15 +523,18 @@ ERROR_TYPES = ("SUCCESS", "TIMEOUT", "COMM_ERROR", "REMOTE_ERROR")  # torch 2.14
 
 @dataclass(frozen=True)
 class ErrorsAfterFaults:
-    """What ``Backend.get_error()`` (torch 2.14) returns after ``abort()`` and after one of the group's collectives
-    timed out, as ErrorType names (suites/c10d/test_fault_signals.py). "" for after_abort: not declared (any
-    ErrorType). The default is what the name means: a timed-out group reports TIMEOUT."""
+    """What ``Backend.get_error()`` (torch 2.14) returns after ``abort()``, after one of the group's collectives
+    timed out, and after one failed because a peer's host reset its connections (suites/c10d/test_fault_signals.py,
+    suites/faults/test_partition_recovery.py under the table's ``refused``), as ErrorType names. "" for after_abort:
+    not declared (any ErrorType). The defaults are what the names mean: a timed-out group reports TIMEOUT, one whose
+    peer reset its connections REMOTE_ERROR."""
 
     after_abort: str = ""
     after_timeout: str = "TIMEOUT"
+    after_reset: str = "REMOTE_ERROR"
 
     def __post_init__(self):
-        for name in (self.after_abort, self.after_timeout):
+        for name in (self.after_abort, self.after_timeout, self.after_reset):
             if name and name not in ERROR_TYPES:
                 raise ValueError(f"ErrorsAfterFaults: {name!r} is not an ErrorType ({', '.join(ERROR_TYPES)})")
 

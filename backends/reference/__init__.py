@@ -98,8 +98,9 @@ DISTCONFORM_SPEC = BackendSpec(
     # that timed out fail their next collective at once with 'the group is unusable after all_reduce
     # (collective #1) timed out', the rank that had stayed away with 'rank N closed the connection'
     # torch 2.14's get_error() (backends/reference/fault_tolerance.py): COMM_ERROR after abort(), as NCCL2 reports
-    # it (torch's test_c10d_fault_tolerance.py); TIMEOUT after a timed-out collective
-    errors_after_faults=ErrorsAfterFaults(after_abort="COMM_ERROR", after_timeout="TIMEOUT"),
+    # it (torch's test_c10d_fault_tolerance.py); TIMEOUT after a timed-out collective; REMOTE_ERROR once a peer's
+    # connection broke (a reset: 'rank N connection failed: [Errno 104] Connection reset by peer')
+    errors_after_faults=ErrorsAfterFaults(after_abort="COMM_ERROR", after_timeout="TIMEOUT", after_reset="REMOTE_ERROR"),
     after_timeout=AfterTimeout(usable=False, error=r"^RuntimeError: reference: .*(the group is unusable after .* "
                                                    r"timed out|rank \d+ closed the connection)"),
     # its own lazy connection switch (process_group.py): each pair connects when an operation first needs it

@@ -23,6 +23,7 @@ import os
 import secrets
 import socket
 import threading
+from datetime import timedelta
 from typing import Callable
 
 from .codec import ProtocolError
@@ -64,16 +65,25 @@ def listen_host(interface_variable: str, host_variable: str | None = None) -> st
     return interface_address(interface, interface_variable) if interface else "127.0.0.1"
 
 
-def world_token(store, prefix: str, rank: int) -> bytes:
-    """The world's token: drawn by rank 0, read by everyone (blocks until rank 0 published it)."""
+def _read(store, key: str, wait_s: float | None) -> bytes:
+    """``key``'s value; with ``wait_s``, a key nobody publishes within it raises torch's DistStoreError then
+    instead of after the store's own timeout (minutes): a rendezvous bounded by its caller's timeout."""
+    if wait_s is not None:
+        store.wait([key], timedelta(seconds=max(0.001, wait_s)))
+    return store.get(key)
+
+
+def world_token(store, prefix: str, rank: int, wait_s: float | None = None) -> bytes:
+    """The world's token: drawn by rank 0, read by everyone (blocks until rank 0 published it, or ``wait_s``)."""
     if rank == 0:
         store.set(f"{prefix}/token", secrets.token_hex(16))
-    return store.get(f"{prefix}/token")
+    return _read(store, f"{prefix}/token", wait_s)
 
 
-def address_of(store, prefix: str, peer: int) -> tuple[str, int]:
-    """``peer``'s published listening address (blocks until the peer published it, within the store's timeout)."""
-    peer_host, port = store.get(f"{prefix}/addr/{peer}").decode().rsplit(":", 1)
+def address_of(store, prefix: str, peer: int, wait_s: float | None = None) -> tuple[str, int]:
+    """``peer``'s published listening address (blocks until the peer published it, within ``wait_s`` if given,
+    else the store's timeout)."""
+    peer_host, port = _read(store, f"{prefix}/addr/{peer}", wait_s).decode().rsplit(":", 1)
     return peer_host, int(port)
 
 

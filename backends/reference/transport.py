@@ -23,6 +23,8 @@ import threading
 import time
 from datetime import timedelta
 
+import torch.distributed as dist
+
 from . import handshake, wire
 STORE_PREFIX = "reference"  # the group's store keys: reference/token, reference/addr/<rank>
 SMALL_FRAME_BYTES = 64 * 1024
@@ -172,7 +174,15 @@ class Mesh:
         self._timeout = timeout
         host = host or handshake.listen_host("DISTCONFORM_REFERENCE_IFNAME", "DISTCONFORM_REFERENCE_HOST")
 
-        self._token = handshake.world_token(store, STORE_PREFIX, rank).decode()
+        # every store read of the rendezvous waits at most the group's timeout, as connecting does below: a peer that
+        # never publishes (one that took another number: tests/seeded/reference_shrink_after_fault_keeps_numbers.py)
+        # must fail the group's making within it, not after the store's own timeout
+        wait_s = timeout.total_seconds()
+        try:
+            self._token = handshake.world_token(store, STORE_PREFIX, rank, wait_s).decode()
+        except dist.DistStoreError as exc:
+            raise PeerError(f"reference rank {rank}: rank 0 published no world token within {wait_s:g} s: "
+                            f"{str(exc).splitlines()[0]}") from None
         self._listener = handshake.Listener(store, STORE_PREFIX, host=host, rank=rank, world_size=size,
                                             token=self._token.encode(), read_hello=_read_hello, adopt=self._adopt,
                                             refused=self.refused, thread_name="reference")
@@ -181,7 +191,12 @@ class Mesh:
         # the addresses of the ranks this one dials, read while the group is made: a lazy group's first operation
         # then needs no store (torch's TCPStore get does not bound a request dropped on the way, backends/spec.py
         # TCPSTORE_GET_UNBOUNDED), only the connections it opens within its timeout
-        self._addresses = {peer: handshake.address_of(store, STORE_PREFIX, peer) for peer in range(rank)}
+        try:
+            self._addresses = {peer: handshake.address_of(store, STORE_PREFIX, peer, wait_s) for peer in range(rank)}
+        except dist.DistStoreError as exc:
+            self.close()
+            raise PeerError(f"reference rank {rank}: a lower rank published no address to dial within {wait_s:g} s: "
+                            f"{str(exc).splitlines()[0]}") from None
         if not lazy:
             try:
                 self.connect(range(size), time.monotonic() + timeout.total_seconds())

@@ -1,14 +1,15 @@
-"""The rank side of the recovery clauses (torch 2.14): partition, detect, reconfigure without the cut rank, heal,
-grow back (suites/faults/test_partition_recovery.py).
+"""The rank side of the recovery clauses (torch 2.14): cut one rank off, detect, reconfigure without it, heal, grow
+back (suites/faults/test_partition_recovery.py).
 
 Every rank remakes the world's default group with ``enable_reconfigure=True`` (suites/c10d/fault_tolerance.py)
 and reconfigures it with every rank's handle; it registers an abort hook where the backend takes one and writes
-``ready<r>``. The controller (suites/faults/recovery.py) partitions the last rank's host and writes ``go``. Every
-rank then all_reduces under a short timeout (the detection), reads ``get_error()``, waits briefly for its abort
-hook and writes ``detected<r>``; the reachable ranks exchange handles over the store (the store is on the switch:
-the cut rank cannot reach it, they can) and reconfigure without the cut rank under a fresh uuid, then write
-``shrunk<r>``. Once the controller has healed (``healed``) every rank takes its handle again and all of them
-reconfigure to the whole world under another fresh uuid. Each step is timed and its outcome kept, so a step that
+``ready<r>``. The controller (suites/faults/recovery.py) cuts one rank's host off (the last or a middle one, by a
+partition or resets) and writes ``go``. Every rank then all_reduces under a short timeout (the detection), reads
+``get_error()``, waits briefly for its abort hook and writes ``detected<r>``; the reachable ranks exchange handles
+over the store (the store is on the switch, which they still reach) and reconfigure without the cut rank under a
+fresh uuid, numbered by their order (the ranks after a middle one move down by one), then write ``shrunk<r>``.
+Once the controller has healed (``healed``) every rank takes its handle again and all of them reconfigure to the
+whole world under another fresh uuid, in world order: each numbered as before. Each step is timed and its outcome kept, so a step that
 fails leaves the later ones to run and every clause reads its own step.
 """
 
@@ -60,12 +61,12 @@ def _error_type(backend) -> str:
         return ft.error(exc)
 
 
-def partition_then_grow_back(directory: str, detect_timeout_s: float, reconfigure_timeout_s: float) -> dict:
+def cut_then_grow_back(directory: str, cut_rank: int, detect_timeout_s: float, reconfigure_timeout_s: float) -> dict:
     everyone = list(range(ctx.world_size))
-    reachable = everyone[:-1]  # the controller cuts the last rank's host off
+    reachable = [r for r in everyone if r != cut_rank]  # the controller cuts this rank's host off
     timeout = timedelta(seconds=reconfigure_timeout_s)
     found: dict = {}
-    with ft.reconfigurable_default_group("partition"):
+    with ft.reconfigurable_default_group("recovery"):
         found["first"] = meeting.timed(lambda: _reconfigure(FIRST_UUID, "recovery-first", everyone, timeout))
         backend = ft.backend()
         fired = threading.Event()

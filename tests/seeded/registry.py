@@ -734,6 +734,8 @@ BUGS: tuple[SeededBug, ...] = (
         contract='after a partition the reachable ranks reconfigure without the cut rank; all_reduce and broadcast exact',
         clauses=('suites/faults/test_partition_recovery.py::test_the_reachable_ranks_reconfigure_without_the_cut_rank',),
         suite='suites/faults/test_partition_recovery.py',
+        keyword='last',  # the one run it needs (each run that catches it waits out a 15 s rendezvous)
+        options=('--world-size', '3', '--faults', 'partition'),
         torch='>=2.14',
         shares_a_run=True,
     ),
@@ -743,7 +745,20 @@ BUGS: tuple[SeededBug, ...] = (
         contract='after healing every rank reconfigures to the whole world; all_reduce and broadcast exact',
         clauses=('suites/faults/test_partition_recovery.py::test_after_healing_the_whole_world_grows_back_by_reconfigure',),
         suite='suites/faults/test_partition_recovery.py',
-        options=('--world-size', '3'),
+        keyword='last',
+        options=('--world-size', '3', '--faults', 'partition'),
+        torch='>=2.14',
+        shares_a_run=True,
+    ),
+    # Seeded bug in the reference backend: a shrink after a fault keeps every survivor's old number.
+    SeededBug(
+        name='reference_shrink_after_fault_keeps_numbers',
+        contract='without a cut-off middle rank the reachable ranks are renumbered in order; all_reduce and broadcast '
+                 'exact',
+        clauses=('suites/faults/test_partition_recovery.py::test_the_reachable_ranks_reconfigure_without_the_cut_rank',),
+        suite='suites/faults/test_partition_recovery.py',
+        keyword='middle',  # the last rank's cases pass on it: its survivors' old numbers are their new ones
+        options=('--world-size', '3', '--faults', 'partition'),
         torch='>=2.14',
         shares_a_run=True,
     ),
