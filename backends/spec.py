@@ -96,6 +96,9 @@ FEATURES: dict[str, str | None] = {
     "memory_stats": None,  # Backend.memory_stats()
     # torch 2.14's fault-tolerance API (suites/c10d/test_reconfigure.py, test_fault_signals.py, test_op_hooks.py)
     "reconfigure": "supports_reconfigure",  # init_process_group(enable_reconfigure=True), reconfigure(uuid, handles)
+    # torch's own reconfigure helpers (dist._supports_reconfigure, ...), which refuse a group of several backends
+    # before asking any: the torch release's, whatever the backend supports
+    "reconfigure_helpers": None,
     "get_error": None,  # Backend.get_error() -> ErrorType, as the spec's ErrorsAfterFaults declares
     "abort_hooks": None,  # Backend.register_abort_hook / unregister_abort_hook: called when a fault revokes the group
     "op_hooks": None,  # ProcessGroup.register_pre_hook / register_post_hook (PreHookArgs, PostHookArgs, HookOpName)
@@ -450,6 +453,7 @@ LOCAL_SYNC_DESYNCS_GROUP_NAMES = Gap(
 FAULT_TOLERANCE_API = {
     "reconfigure": "init_process_group(enable_reconfigure=True), Backend.reconfigure(ReconfigureOptions), "
                    "get_reconfigure_handle() and dist._reconfigure",
+    "reconfigure_helpers": "dist._supports_reconfigure, dist._get_reconfigure_handle and dist._reconfigure",
     "get_error": "Backend.get_error() (ErrorType exists in 2.13, nothing returns it)",
     "abort_hooks": "Backend.register_abort_hook / unregister_abort_hook",
     "op_hooks": "ProcessGroup.register_pre_hook / register_post_hook (PreHookArgs, PostHookArgs, HookOpName)",

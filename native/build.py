@@ -44,6 +44,17 @@ class BuildFailed(RuntimeError):
     """The extension did not compile; the message is one line naming the first compiler error."""
 
 
+def for_torch(cflags: tuple[str, ...]) -> tuple[str, ...]:
+    """``cflags`` as this torch's headers need them: torch 2.14's ATen requires C++20 ('#error C++20 or later
+    compatible compiler is required to use ATen.', measured on 2.14.1), earlier releases build as C++17."""
+    import torch
+    from torch.torch_version import TorchVersion
+
+    if TorchVersion(torch.__version__) < "2.14":
+        return cflags
+    return tuple("-std=c++20" if flag == "-std=c++17" else flag for flag in cflags)
+
+
 def key_dir(here: Path, files: tuple[str, ...], cflags: tuple[str, ...], root: Path) -> Path:
     """``root/torch<version>-<hash of the files' names and contents and the flags>``: the build's cache key."""
     import torch
@@ -51,7 +62,7 @@ def key_dir(here: Path, files: tuple[str, ...], cflags: tuple[str, ...], root: P
     digest = hashlib.sha256()
     for name in files:
         digest.update(name.encode() + b"\0" + (here / name).read_bytes())
-    digest.update(" ".join(cflags).encode())
+    digest.update(" ".join(for_torch(cflags)).encode())
     return root / f"torch{torch.__version__}-{digest.hexdigest()[:12]}"
 
 
@@ -118,7 +129,7 @@ class Extension:
             module = cpp_extension.load(
                 name=self.module_name,
                 sources=self.sources(),
-                extra_cflags=list(self.cflags),
+                extra_cflags=list(for_torch(self.cflags)),
                 extra_include_paths=[str(self.include)],
                 build_directory=str(directory),
                 with_cuda=False,

@@ -268,6 +268,7 @@ def test_a_uuid_reused_by_the_whole_group_is_refused(world):
         assert found["after"] == (n, rank, ft.triangle(n)), f"rank {rank}: (size, rank, all_reduce) after the refusal"
 
 
+@pytest.mark.needs(feature="reconfigure_helpers")  # torch's check, before any backend is asked: not "reconfigure"
 def test_a_group_of_several_backends_is_refused(world):
     """A group with a backend per device is refused by supports_reconfigure, get_reconfigure_handle, reconfigure."""
     found = world.run(multiple_backends)[0]

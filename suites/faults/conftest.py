@@ -7,9 +7,9 @@ every fault; each fault runs once per kind of scenario (table.WHEN) and all its 
 or ``ip netns`` the clauses skip, saying so.
 
 ``--faults`` (fixtures/pytest_plugin.py) chooses the faults: by default one per kind (DEFAULT_FAULTS) at the run's
-smallest world size, ``all``
-every fault of the table and the clauses marked ``fault_matrix`` (the first collective under lazy init, which
-waits long on gloo), or a list of names. Cases of the other faults are deselected, as --soak's heavy cases are.
+smallest world size, without the clauses marked ``fault_matrix`` (the first collective under lazy init and the
+group's ending after it, which wait long on gloo); ``all`` every fault of the table, or a list of names, each with
+those clauses too. Cases of the other faults are deselected, as --soak's heavy cases are.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     smallest = sizes[0] if sizes and option == "default" else None
     left_out = [item for item in ours if (
         (hasattr(item, "callspec") and item.callspec.params.get("fault", wanted[0]) not in wanted)
-        or (item.get_closest_marker("fault_matrix") and option != "all")
+        or (item.get_closest_marker("fault_matrix") and option == "default")
         or (smallest is not None and (_world_size(item) or smallest) > smallest))]
     if left_out:
         config.hook.pytest_deselected(items=left_out)

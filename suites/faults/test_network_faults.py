@@ -12,8 +12,8 @@ control). One scenario per fault, backend and world size (suites/faults/scenario
 each on a group of its own; every clause reads it. Which ranks a fault reaches in an operation follows from the two tables' data
 (suites/faults/operations.py ``reached``). Measured first on torch 2.13 with gloo (docs/faults.md). The default
 run takes one fault of each kind (a silent partition, a reset, a slow link); ``--faults all`` every fault of the
-table, and the first collective under lazy init (a group made under the backend's lazy connection switch,
-BackendSpec.lazy_connect_env) with the group's ending after it.
+table (a list of names those), and the first collective under lazy init (a group made under the backend's lazy
+connection switch, BackendSpec.lazy_connect_env) with the group's ending after it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ BROKEN = [(f.name, op.name) for f in FAULTS for op in OPERATIONS if breaks(f, op
 SPARED = [(f.name, op.name) for f in FAULTS for op in OPERATIONS if unreached(f, op, 2)]
 TIMED_OUT = [f.name for f in FAULTS if f.ends_by == "timeout" and breaks(f, BY_NAME["all_reduce"])]
 # every fault that breaks the all_reduce from the network (a frozen rank is not one: it never starts its call); the
-# issue measured the partition (pytorch/gloo#520). Each run waits up to 12 s on gloo: under --faults all only.
+# issue measured the partition (pytorch/gloo#520). Each run waits up to 12 s on gloo: only when --faults names faults.
 FIRST_COLLECTIVE_FAULTS = [f.name for f in FAULTS if breaks(f, BY_NAME["all_reduce"]) and not f.stops_the_rank]
 ENDING_STEPS = ("destroyed", "dropped")  # rank_side.first_collective: destroy_process_group, then the last reference
 

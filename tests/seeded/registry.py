@@ -220,7 +220,7 @@ BUGS: tuple[SeededBug, ...] = (
         contract="a group's first collective under a fault before its first connection ends within its timeout",
         clauses=('suites/faults/test_network_faults.py::test_the_first_collective_ends_within_its_timeout',),
         suite='suites/faults/test_network_faults.py::test_the_first_collective_ends_within_its_timeout',
-        options=('--faults', 'all'),
+        options=('--faults', 'partition'),
         shares_a_run=True,
     ),
     # Seeded bug in the native backend, under a network fault: a shrunk group still counts the rank it excluded.
@@ -239,7 +239,7 @@ BUGS: tuple[SeededBug, ...] = (
         contract="a group whose first collective failed under a fault before its first connection ends within the bound",
         clauses=('suites/faults/test_network_faults.py::test_the_group_ends_after_its_first_collective_failed',),
         suite='suites/faults/test_network_faults.py::test_the_group_ends_after_its_first_collective_failed',
-        options=('--faults', 'all'),
+        options=('--faults', 'refused'),
         shares_a_run=True,
     ),
     # Seeded bug in the reference backend's own flight recorder: a collective that failed is recorded completed.
