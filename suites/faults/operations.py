@@ -30,6 +30,9 @@ class Operation:
     # a collective the flight recorder numbers with its group's collective_seq_id (test_fault_flight_recorder.py
     # reads its entries while it waits under the fault and once it ended); p2p calls have p2p_seq_ids, the store none
     numbered: bool = False
+    # elements of float32 it moves at least under a fault that breaks it (0: the scenario's payload): a send nobody
+    # reads must never fit into the connection's buffers, or a send that ignores its deadline completes anyway
+    least_payload_under_a_break: int = 0
 
     def __post_init__(self) -> None:
         if self.waiting not in WAITING or self.plane not in ("data", "control"):
@@ -51,7 +54,10 @@ OPERATIONS: Sequence[Operation] = (
     Operation(name="barrier", doc="barrier on a group of every rank", plane="data", waiting="every",
               moves_payload=False, names=r"barrier", numbered=True),
     Operation(name="p2p", doc="the cut-off rank sends the payload to rank 0, which receives it", plane="data",
-              waiting="receiver", moves_payload=True, names=r"\b(i?send|i?recv)\b"),
+              waiting="receiver", moves_payload=True, names=r"\b(i?send|i?recv)\b",
+              # 16 MiB: more than a TCP connection's buffers ever hold (4 MiB to send, 6 MiB to receive at most);
+              # 256 KiB fitted a warm connection in some runs, and a seeded unbounded send then passed
+              least_payload_under_a_break=4 * 1024 * 1024),
     Operation(name="store_get", doc="every rank gets a key it set before the fault, from the store on the switch "
               "(a client of its own whose timeout is the group's)", plane="control", waiting="cut",
               moves_payload=False, names=r"\bget\b|store|127\.77\.0\.254"),

@@ -136,23 +136,26 @@ def _destroy(groups) -> None:
             pass
 
 
-def under_fault(directory: str, timeout_s: float, numel: int, bound_s: float) -> dict:
-    """Every operation under the fault, the group endings, then all_reduce after healing: outcomes by name."""
+def under_fault(directory: str, timeout_s: float, numels: dict[str, int], bound_s: float) -> dict:
+    """Every operation under the fault, the group endings, then all_reduce after healing: outcomes by name.
+    ``numels``: the elements each operation moves (scenario.payloads); the group endings' all_reduces the all_reduce's."""
+    numel = numels["all_reduce"]
     timeout = timedelta(seconds=timeout_s)
     groups = {name: dist.new_group(timeout=timeout) for name in GROUPS}
     store = _store(timeout_s)
     targets = {**groups, "store_get": store}
     since = {name: recorder_view.newest_record(groups[name]) for name in NUMBERED}
     for name, call in OPERATIONS.items():  # every connection exists: the fault comes in the middle of a job
-        call(targets[name], numel)
+        call(targets[name], numels[name])
     for name in NUMBERED:  # a second one completed before the fault: the recorder's history
-        OPERATIONS[name](groups[name], numel)
+        OPERATIONS[name](groups[name], numels[name])
     _all_reduce(groups["abort"], numel)
     _all_reduce(groups["destroy"], numel)
     recorded = {name: {"before": recorder_view.view(groups[name], since[name])} for name in NUMBERED}
     meeting.mark(directory, f"ready{ctx.rank}")
     meeting.wait(directory, "go", f"rank {ctx.rank}")
-    waits = {name: Timed(functools.partial(call, targets[name], numel), name) for name, call in OPERATIONS.items()}
+    waits = {name: Timed(functools.partial(call, targets[name], numels[name]), name)
+             for name, call in OPERATIONS.items()}
     for name in NUMBERED:  # read while each waits: the entries once the call under the fault is recorded
         issued = len(recorded[name]["before"]["entries"]) + 1
         recorded[name]["under"] = recorder_view.while_waiting(groups[name], since[name], issued,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from fixtures.world import World
 from suites.faults import meeting
 from suites.faults import rank_side
+from suites.faults.operations import OPERATIONS
 from suites.faults.table import WHEN, Fault, Target
 
 TIMEOUT_S = 2.0  # the group's (and the store client's) timeout under a fault: short, so a wait costs seconds
@@ -68,6 +69,12 @@ def payload(fault: Fault, least: int = NUMEL) -> int:
     return max(least, fault.min_payload // 4)
 
 
+def payloads(fault: Fault) -> dict[str, int]:
+    """Elements of float32 each operation moves under ``fault``: the payload, and under a fault that breaks it at least
+    what the operation's record asks (operations.Operation.least_payload_under_a_break)."""
+    return {op.name: max(payload(fault), op.least_payload_under_a_break if fault.breaks else 0) for op in OPERATIONS}
+
+
 def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadline: float = 60.0,
                  lazy_env: Mapping[str, str] | None = None) -> Scenario:
     """``fault`` in ``world``, in the middle of a job or (``before_connect``) before the first connection of a group
@@ -89,7 +96,7 @@ def run_scenario(world: World, fault: Fault, when: str = "mid_operation", deadli
     try:
         if when == "mid_operation":
             timeout_s = timeout_for(fault)
-            results = world.run(rank_side.under_fault, directory, timeout_s, payload(fault),
+            results = world.run(rank_side.under_fault, directory, timeout_s, payloads(fault),
                                 timeout_s + BOUND_S - TIMEOUT_S, deadline=deadline)
         else:
             results = world.run(rank_side.first_collective, directory, TIMEOUT_S, payload(fault), FIRST_BOUND_S,

@@ -36,4 +36,20 @@ def register_reference(name: str, cls: type) -> object:
     )
 
 
-__all__ = ["ReferenceProcessGroup", "register_reference"]
+def with_mesh(mesh_class: type, doc: str) -> type:
+    """A ReferenceProcessGroup whose connections are a ``mesh_class`` (a Mesh subclass that plants a bug): the
+    group's own mesh, its class swapped wherever the group reaches it."""
+
+    class Planted(ReferenceProcessGroup):
+        @property
+        def mesh(self):
+            mesh = super().mesh
+            mesh.__class__ = mesh_class
+            return mesh
+
+    Planted.__doc__ = doc
+    Planted.__name__ = Planted.__qualname__ = f"With{mesh_class.__name__}"
+    return Planted
+
+
+__all__ = ["ReferenceProcessGroup", "register_reference", "with_mesh"]

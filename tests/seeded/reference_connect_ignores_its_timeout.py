@@ -11,7 +11,7 @@ Caught by the clause that bounds the first collective under a fault before the f
 import time
 
 from backends.reference.transport import Mesh
-from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
+from tests.seeded.reference_base import register_reference, with_mesh
 
 AN_HOUR_S = 3600.0
 
@@ -21,14 +21,8 @@ class ConnectUnbounded(Mesh):
         return super().connect(peers, time.monotonic() + AN_HOUR_S)  # BUG: the deadline is dropped
 
 
-class ConnectIgnoresItsTimeout(ReferenceProcessGroup):
-    """A lazy group's first connection waits for its peers an hour, whatever its timeout."""
-
-    @property
-    def mesh(self):
-        mesh = super().mesh
-        mesh.__class__ = ConnectUnbounded  # the group's own mesh, its connection unbounded
-        return mesh
+ConnectIgnoresItsTimeout = with_mesh(ConnectUnbounded,
+                                     "A lazy group's first connection waits for its peers an hour, whatever its timeout.")
 
 
 DISTCONFORM_SPEC = register_reference("reference_connect_ignores_its_timeout", ConnectIgnoresItsTimeout)

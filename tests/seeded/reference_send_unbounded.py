@@ -7,7 +7,7 @@ Caught by the fault clause that bounds every wait by its timeout plus the slack
 """
 
 from backends.reference.transport import Mesh
-from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
+from tests.seeded.reference_base import register_reference, with_mesh
 
 
 class UnboundedMesh(Mesh):
@@ -15,14 +15,7 @@ class UnboundedMesh(Mesh):
         return super().send(peer, kind, tag, meta, data)  # BUG: the deadline is dropped
 
 
-class SendUnbounded(ReferenceProcessGroup):
-    """Sends wait for the peer's window without end."""
-
-    @property
-    def mesh(self):
-        mesh = super().mesh
-        mesh.__class__ = UnboundedMesh  # the group's own mesh, its sends unbounded
-        return mesh
+SendUnbounded = with_mesh(UnboundedMesh, "Sends wait for the peer's window without end.")
 
 
 DISTCONFORM_SPEC = register_reference("reference_send_unbounded", SendUnbounded)
