@@ -225,7 +225,7 @@ BUGS: tuple[SeededBug, ...] = (
     ),
     # Seeded bug in the native backend, under a network fault: a shrunk group still counts the rank it excluded.
     SeededBug(
-        name='native_shrink_under_fault_waits_for_the_cut_rank',
+        name='shrink_under_fault_waits_for_the_cut_rank',
         builds=('native',),
         contract="under a fault the reachable ranks shrink_group the cut-off rank away and all_reduce on the rest, exact",
         clauses=('suites/faults/test_network_faults.py::test_the_reachable_ranks_shrink_the_group',),
