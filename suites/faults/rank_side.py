@@ -15,11 +15,13 @@ backend's lazy connection switch (gloo: ``TORCH_GLOO_LAZY_INIT=1``), one all_red
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 import time
 from datetime import timedelta
+from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
 import torch
@@ -182,20 +184,28 @@ def under_fault(directory: str, timeout_s: float, numels: dict[str, int], bound_
     return out
 
 
-def first_collective(directory: str, timeout_s: float, numel: int, bound_s: float, lazy_env: dict) -> dict:
-    """The fault before the group's first connection: a group made under the backend's lazy connection switch
-    (``lazy_env``, BackendSpec.lazy_connect_env: gloo's TORCH_GLOO_LAZY_INIT=1, read when a group is made), then its
-    first all_reduce under the fault."""
-    before = {name: os.environ.get(name) for name in lazy_env}
-    os.environ.update(lazy_env)
+@contextlib.contextmanager
+def environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """``variables`` set in this rank's environment inside the block (a backend's switch read when a group or an
+    agent is made), each restored to what it was after it."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     try:
-        group = dist.new_group(timeout=timedelta(seconds=timeout_s))
+        yield
     finally:
         for name, value in before.items():
             if value is None:
                 del os.environ[name]
             else:
                 os.environ[name] = value
+
+
+def first_collective(directory: str, timeout_s: float, numel: int, bound_s: float, lazy_env: dict) -> dict:
+    """The fault before the group's first connection: a group made under the backend's lazy connection switch
+    (``lazy_env``, BackendSpec.lazy_connect_env: gloo's TORCH_GLOO_LAZY_INIT=1, read when a group is made), then its
+    first all_reduce under the fault."""
+    with environment(lazy_env):
+        group = dist.new_group(timeout=timedelta(seconds=timeout_s))
     meeting.mark(directory, f"ready{ctx.rank}")
     meeting.wait(directory, "go", f"rank {ctx.rank}")
     held = [group]  # the group's only reference here: its ending below drops it on a thread of its own

@@ -26,6 +26,7 @@ import torch
 from backends import rpc_agents
 from fixtures.rank import ctx
 from suites.faults import meeting
+from suites.faults.rank_side import environment
 
 OPERATIONS = ("rpc_sync", "rpc_async", "remote", "to_here")
 AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"  # "True": a tcp:// rendezvous joins the store at the address as a client
@@ -46,19 +47,10 @@ def _start(agent: str, directory: str, timeout_s: float, tag: str, over_the_stor
         assert ctx.config is not None, "a rank of a world knows its store"
         host, port = ctx.config.store
         where["init_method"] = f"tcp://{host}:{port}"
-    before = os.environ.get(AGENT_STORE_ENV)
-    if over_the_store:
-        os.environ[AGENT_STORE_ENV] = "True"
-    try:
+    with environment({AGENT_STORE_ENV: "True"} if over_the_store else {}):
         spec.start(spec, rank=ctx.rank, world_size=ctx.world_size, store=None,
                    init_file=os.path.join(directory, f"rendezvous-{tag}"), rpc_timeout=timeout_s, num_worker_threads=8,
                    faults=None, devices=(), **where)
-    finally:
-        if over_the_store:
-            if before is None:
-                del os.environ[AGENT_STORE_ENV]
-            else:
-                os.environ[AGENT_STORE_ENV] = before
     return rpc_agents.api(agent)
 
 
