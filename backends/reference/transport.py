@@ -209,6 +209,8 @@ class Mesh:
         dial the lower ranks, wait for the higher ones to dial. Made at once by an eager group; by a lazy one
         (DISTCONFORM_REFERENCE_LAZY_INIT=1) pair by pair, as its operations first need them, as gloo's lazy init
         connects. One deadline for all of it: the group's timeout bounds the whole connection, not each dial."""
+        if len(self._conns) == self.size - 1:  # every pair connected: each collective's round asks, so ask cheaply
+            return
         wanted = sorted(set(peers) - {self.rank})
         if all(peer in self._conns for peer in wanted):
             return
