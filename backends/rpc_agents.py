@@ -234,15 +234,6 @@ REFERENCE_PG_FAULT_GAPS = (
         "rank's). TensorPipe writes each call at once, meets the reset and "
         "fails the pipe ('ECONNRESET')",
         outcome="intermittent"),
-    # not frozen: the stopped rank's peer gives up in the agents' name exchange (the file store, 'Timeout waiting for
-    # key: reference_rpc_0/agent/name/1 after 2000 ms', 3.4 s) and the stopped one, let go, in the transport's own
-    # rendezvous, now bounded by the RPC timeout ('ranks [0] did not start within 2 s', 3.3 s): no gloo group is made
-    Gap({"clause": "test_connecting_ends_within_the_agent_timeout", "fault": ("partition", "one_way", "flap",
-                                                                              "data_plane")},
-        "reference-pg connects through dist.new_group over the backend under test (gloo), with the days-long "
-        "timeout its listener needs (a gloo receive that times out poisons the group): under a partition, one "
-        "direction dropped, the link down or the agent's connections dropped, init_rpc never returned within 7 s "
-        "of a 2 s RPC timeout, on every rank (ws2)"),
 )
 
 

@@ -1167,6 +1167,16 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--rpc-agent', 'reference-tp', '--faults', 'control_plane'),
         shares_a_run=True,
     ),
+    # Seeded bug: reference-pg makes its group under the listener's days-long timeout, unbounded.
+    SeededBug(
+        name='rpc_pg_connect_unbounded',
+        wraps_gloo=True,
+        contract="With the network partitioned before init_rpc, init_rpc ends within the agent's RPC timeout + slack",
+        clauses=('suites/faults/test_rpc_faults.py::test_connecting_ends_within_the_agent_timeout',),
+        suite='suites/faults/test_rpc_faults.py::test_connecting_ends_within_the_agent_timeout',
+        options=('--rpc-agent', 'reference-pg', '--faults', 'partition'),
+        shares_a_run=True,
+    ),
     # Seeded bug: every call looks its destination up in the store again.
     SeededBug(
         name='rpc_calls_read_the_store',

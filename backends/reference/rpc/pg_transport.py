@@ -117,11 +117,16 @@ SEND_WINDOW = 2
 MAX_INFLIGHT_FRAMES = 256
 MAX_INFLIGHT_BYTES = 64 << 20
 # The listener waits for its next frame for as long as the agent lives: an idle agent is
-# not an error. c10d has one timeout per group, so the group gets a very long one
-# (after every rank is known to be present, see start()).
+# not an error. c10d has one timeout per group, and the group connects under it, so the group is
+# made under the start timeout and then given this one (PgTransport._connect); every wait of a
+# frame's send or receive passes it too, since gloo's receives keep the timeout their group was made
+# with (measured on 2.13: a group made with 1 s and set_timeout(7 days) after still timed a receive
+# out after 1 s; Work.wait(timeout) is honoured by gloo, the reference and native).
 # 7 days: well inside the int32 milliseconds some backends keep. An agent idle longer than
 # that loses its listener (the receive times out) and reports every peer lost.
 IDLE_TIMEOUT = timedelta(days=7)
+# How long past the start timeout start() waits for the backend to make the agent's group (see _connect).
+CONNECT_GRACE_S = 0.5
 
 def frame_device(backend: str) -> torch.device | None:
     """Where frames travel over ``backend``: None (the host) when it moves CPU tensors, else this rank's current
@@ -195,9 +200,7 @@ class PgTransport(Transport):
         self._rendezvous(store)
         backend = dist.get_backend()
         self._wire = frame_device(backend)
-        # Every rank is present (the rendezvous said so), so the long idle timeout cannot
-        # turn a missing rank into a days-long hang in new_group's own barrier.
-        group = dist.new_group(backend=backend, timeout=IDLE_TIMEOUT)
+        group = self._connect(backend)
         self._group = group
         # RECV_DEPTH receives from any source stay posted, so the backend can match an
         # incoming frame at once (gloo hands a send over only once a receive is posted, a
@@ -215,6 +218,53 @@ class PgTransport(Transport):
             self._watches[peer] = threading.Thread(target=self._watch, args=(peer, work, byte), daemon=True,
                                                    name=f"reference-pg-watch-r{rank}-of-r{peer}")
             self._watches[peer].start()
+
+    def _connect(self, backend: str) -> dist.ProcessGroup:
+        """The agent's own group over ``backend``, made within ``start_timeout`` or refused naming it.
+
+        c10d has one timeout per group, and a backend that connects while the
+        group is made connects under it, so the group is made under the start
+        timeout and given IDLE_TIMEOUT once connected. That is not bound
+        enough: gloo's connect outlives its timeout (pytorch/gloo#520: the
+        side that listens waits with none, the side that dials gives up after
+        five times it), and init_rpc over a group made with IDLE_TIMEOUT
+        never returned within 7 s of a 2 s RPC timeout under a partition on
+        every rank. So the group is made on a thread of its own and given up
+        ``CONNECT_GRACE_S`` after the start timeout: start() raises naming the
+        backend, and a connect that completes later leaves its group unused
+        (the process is expected to end, as after any failed init_rpc).
+        A backend that cannot change a group's timeout (c10d's default: "does
+        not support setting timeout") gets a second group made with
+        IDLE_TIMEOUT right after the first connected: its peers were reachable
+        a moment before, and that second connect is the one unbounded step
+        left to it.
+        """
+        made: list[dist.ProcessGroup] = []
+        failed: list[BaseException] = []
+
+        def make() -> None:
+            try:
+                made.append(dist.new_group(backend=backend, timeout=timedelta(seconds=self.start_timeout)))
+            except BaseException as exc:  # handed to start(), which raises it
+                failed.append(exc)
+
+        maker = threading.Thread(target=make, name=f"reference-pg-connect-r{self._rank}", daemon=True)
+        maker.start()
+        maker.join(self.start_timeout + CONNECT_GRACE_S)
+        if maker.is_alive():
+            raise TransportError(f"reference-pg transport of rank {self._rank}: its group over {backend} did not "
+                                 f"connect within {self.start_timeout:g} s (the RPC timeout); the backend is still "
+                                 "connecting to a peer it cannot reach")
+        if failed:
+            raise TransportError(f"reference-pg transport of rank {self._rank}: making its group over {backend} "
+                                 f"failed: {failed[0]}") from failed[0]
+        group = made[0]
+        try:
+            group.set_timeout(IDLE_TIMEOUT)
+        except RuntimeError:
+            dist.destroy_process_group(group)
+            group = dist.new_group(backend=backend, timeout=IDLE_TIMEOUT)
+        return group
 
     def _host(self, buffer: torch.Tensor) -> torch.Tensor:
         """A received buffer in host memory: staged ones come back with the device's own copy."""
@@ -366,7 +416,7 @@ class PgTransport(Transport):
     def _await(self, dst: int, works, keep) -> None:
         try:
             for work in works:
-                work.wait()
+                work.wait(IDLE_TIMEOUT)
         except Exception as exc:
             reason = f"sending a frame to rank {dst} over {dist.get_backend(self._group)} failed: {exc}"
             self._lose(dst, reason)
@@ -409,7 +459,7 @@ class PgTransport(Transport):
             if not ready:
                 try:
                     meta, work = posted.popleft()
-                    work.wait()
+                    work.wait(IDLE_TIMEOUT)
                     src = work._source_rank()
                     raw = self._host(meta).numpy().tobytes()  # a copy: the buffer is posted again right away
                     posted.append((meta, group.recv_anysource([meta], META_TAG)))
@@ -461,7 +511,7 @@ class PgTransport(Transport):
         peer is lost at once, its calls failed naming it, as TensorPipe fails a reset pipe's. A rank the reset never
         reaches still waits (backends/rpc_agents.py, the cut_after_bytes gap)."""
         try:
-            work.wait()
+            work.wait(IDLE_TIMEOUT)
         except Exception as exc:
             with self._state:
                 closing = self._dropping or peer in self._stop_received
@@ -487,7 +537,7 @@ class PgTransport(Transport):
     def _read_rest(self, group, src: int, raw: bytes) -> list:
         def receive(nbytes: int) -> torch.Tensor:
             buffer = torch.empty(nbytes, dtype=torch.uint8, device=self._wire)
-            group.recv([buffer], src, BODY_TAG).wait()
+            group.recv([buffer], src, BODY_TAG).wait(IDLE_TIMEOUT)
             return self._host(buffer)
 
         return read_frames(raw, src, receive)
