@@ -39,6 +39,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # for the next when it runs low) makes longest-first a schedule; the messages cost nothing beside the tests.
     if getattr(config.option, "maxschedchunk", 0) is None:
         config.option.maxschedchunk = 1
+    # A module-scoped fixture is made once per worker that runs one of its tests: the nine pytest runs of
+    # test_cli.py's cheap_runs were made by all three workers (42-57 s each under load), test_rpc_plugin.py's,
+    # test_reports.py's and test_report_html.py's runs alike (about 200 s of a 3230 s run's worker time).
+    # pytest-xdist's loadgroup sends the tests of an xdist_group to one worker (a module whose tests share such
+    # a fixture sets ``pytestmark = pytest.mark.xdist_group("<module>")``) and hands every other test out
+    # alone, as load does; its queue keeps collection order (no reordering by group size), so starts_first
+    # still decides what starts first.
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+        config.option.loadscopereorder = False
     config.addinivalue_line("markers", "starts_first(order=0): one of the run's longest tests (the gallery's control, "
                                        "about two minutes under CI's load, then the gallery's runs): started before "
                                        "the others, lowest order first, so no worker is left alone with one at the "

@@ -14,7 +14,10 @@ from fixtures.rank import ctx
 from fixtures.world import World
 from tests.harness_cases.procs import finish_pytest, start_pytest
 
-pytestmark = pytest.mark.timeout(300)
+
+# xdist_group: its tests share module-scoped pytest runs of the suite; one pytest-xdist worker runs them all and
+# makes each run once (tests/conftest.py)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_rpc_plugin")]
 
 ADDRESSING = "suites/rpc/test_addressing.py"
 FUTURES_AND_SHUTDOWN = ["suites/rpc/test_futures.py", "suites/rpc/test_shutdown.py"]

@@ -49,3 +49,5 @@ def test_the_project_tests_go_to_workers_one_at_a_time(pytestconfig):
     if any(arg.startswith("--maxschedchunk") for arg in pytestconfig.invocation_params.args):
         pytest.skip("the command line set --maxschedchunk")
     assert pytestconfig.option.maxschedchunk == 1
+    if hasattr(pytestconfig, "workerinput"):  # under workers: loadgroup, in collection order (tests/conftest.py)
+        assert (pytestconfig.option.dist, pytestconfig.option.loadscopereorder) == ("loadgroup", False)
