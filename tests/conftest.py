@@ -33,26 +33,21 @@ def pytest_distconform_workers(config: pytest.Config) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # pytest-xdist's load scheduling first hands each worker a run of consecutive tests, a quarter of its share (108 of
-    # 1300 here): the control and all 33 gallery runs, first by starts_first below, went to one worker, which ran on
-    # alone for 230 s of a 909 s CI run after the other two had finished. One test at a time per worker (each asks
-    # for the next when it runs low) makes longest-first a schedule; the messages cost nothing beside the tests.
-    if getattr(config.option, "maxschedchunk", 0) is None:
-        config.option.maxschedchunk = 1
-    # A module-scoped fixture is made once per worker that runs one of its tests: the nine pytest runs of
-    # test_cli.py's cheap_runs were made by all three workers (42-57 s each under load), test_rpc_plugin.py's,
-    # test_reports.py's and test_report_html.py's runs alike (about 200 s of a 3230 s run's worker time).
-    # pytest-xdist's loadgroup sends the tests of an xdist_group to one worker (a module whose tests share such
-    # a fixture sets ``pytestmark = pytest.mark.xdist_group("<module>")``) and hands every other test out
-    # alone, as load does; its queue keeps collection order (no reordering by group size), so starts_first
-    # still decides what starts first.
-    if getattr(config.option, "dist", "no") == "load":
-        config.option.dist = "loadgroup"
-        config.option.loadscopereorder = False
     config.addinivalue_line("markers", "starts_first(order=0): one of the run's longest tests (the gallery's control, "
                                        "about two minutes under CI's load, then the gallery's runs): started before "
                                        "the others, lowest order first, so no worker is left alone with one at the "
                                        "end of a run over this folder")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist's load scheduling, under workers (tests/worker_schedule.py: the tests of a module whose
+    fixtures are runs of the suite go to one worker together, every other test alone, in collection order)."""
+    if config.option.dist != "load":
+        return None
+    from tests.worker_schedule import SharedRunsTogether
+
+    return SharedRunsTogether(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,9 +10,7 @@ from tests.harness_cases.procs import finish_pytest, run_pytest, start_pytest, w
 ALL_REDUCE = "suites/c10d/test_all_reduce.py"
 HANG_CRASH = "tests/harness_cases/case_hang_crash.py"
 WAITING = "suites/c10d/test_timeouts.py"  # every clause marked `waits`
-# xdist_group: its tests share module-scoped pytest runs of the suite; one pytest-xdist worker runs them all and
-# makes each run once (tests/conftest.py)
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_cli")]
+pytestmark = pytest.mark.timeout(300)
 
 
 def counts(output: str) -> dict:

@@ -17,10 +17,6 @@ from reports.html_report import render
 from reports.records import CaseRecord
 from tests.harness_cases.procs import run_pytest
 
-# Its tests share the module's run (pytest runs of the suite): under pytest-xdist one worker runs
-# them all and makes it once (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("test_report_html")
-
 SUITES = ["suites/c10d/test_all_reduce.py", "suites/rpc/test_rrefs.py"]
 PROBE_ENV = ("TORCH_DISTCONFORM_REPORT_PROBE", "visible-in-meta")
 CHROMIUM_TIMEOUT_S = 90

@@ -13,10 +13,6 @@ from reports.markdown import render
 from reports.records import CaseRecord, record_from_report
 from tests.harness_cases.procs import run_pytest
 
-# Its tests share the module's run (pytest runs of the suite): under pytest-xdist one worker runs
-# them all and makes it once (tests/conftest.py).
-pytestmark = pytest.mark.xdist_group("test_reports")
-
 ALL_REDUCE = "suites/c10d/test_all_reduce.py"
 FIELDS = {"nodeid", "area", "clause", "backend", "world_size", "outcome", "duration", "reason", "error"}
 

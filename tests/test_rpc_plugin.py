@@ -15,9 +15,7 @@ from fixtures.world import World
 from tests.harness_cases.procs import finish_pytest, start_pytest
 
 
-# xdist_group: its tests share module-scoped pytest runs of the suite; one pytest-xdist worker runs them all and
-# makes each run once (tests/conftest.py)
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("test_rpc_plugin")]
+pytestmark = pytest.mark.timeout(300)
 
 ADDRESSING = "suites/rpc/test_addressing.py"
 FUTURES_AND_SHUTDOWN = ["suites/rpc/test_futures.py", "suites/rpc/test_shutdown.py"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fixtures import workers
@@ -43,11 +45,14 @@ def test_who_decides(tmp_path, monkeypatch, env, args, expect):
         assert "workers" not in run.output, run.output
 
 
-def test_the_project_tests_go_to_workers_one_at_a_time(pytestconfig):
-    """tests/conftest.py: xdist's first chunk per worker (a quarter of its share, consecutive) gave one worker the
-    control and every gallery run, 230 s alone at the end of CI; one test at a time spreads the longest-first ones."""
-    if any(arg.startswith("--maxschedchunk") for arg in pytestconfig.invocation_params.args):
-        pytest.skip("the command line set --maxschedchunk")
-    assert pytestconfig.option.maxschedchunk == 1
-    if hasattr(pytestconfig, "workerinput"):  # under workers: loadgroup, in collection order (tests/conftest.py)
-        assert (pytestconfig.option.dist, pytestconfig.option.loadscopereorder) == ("loadgroup", False)
+def test_the_project_tests_go_to_workers_alone_but_a_modules_shared_runs_together():
+    """tests/worker_schedule.py: every test is a unit of its own (load scheduling's first chunk of consecutive tests
+    once gave one worker the control and every gallery run, 230 s alone at the end of CI), except that the tests of a
+    module whose fixtures are runs of the suite are one unit; each such module has a module-scoped fixture."""
+    from tests.worker_schedule import SHARED_RUNS, SharedRunsTogether
+
+    scheduler = SharedRunsTogether.__new__(SharedRunsTogether)  # _split_scope reads nothing the constructor sets
+    assert scheduler._split_scope("tests/test_cli.py::test_a[x]") == scheduler._split_scope("tests/test_cli.py::test_b")
+    assert scheduler._split_scope("tests/test_world.py::test_a") != scheduler._split_scope("tests/test_world.py::test_b")
+    for module in SHARED_RUNS:
+        assert 'scope="module"' in (Path(__file__).parents[1] / module).read_text(), module
