@@ -67,13 +67,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def launch_hosts(request: pytest.FixtureRequest) -> str:
-    """Where the launch tests' simulated nodes run (tests/harness_cases/launch_nodes.py): the run's --hosts,
-    ``none`` (this host's loopback) or ``netns`` (each node on a simulated host of its own; skips saying why
-    where simulated hosts cannot be made)."""
-    mode = request.config.getoption("hosts")
-    if mode == "netns":
-        from fixtures.hosts import unavailable_reason
+    """Where the launch tests' simulated nodes run (tests/harness_cases/launch_nodes.py): ``netns`` (each node
+    on a simulated host of its own), or ``none`` (this host's loopback). The run's ``--hosts`` decides where it
+    names one (``--hosts netns`` skips saying why where simulated hosts cannot be made); otherwise simulated
+    hosts wherever they can be made (root, ``ip netns``: CI's machine), so the launchers are exercised across
+    hosts, and loopback elsewhere (the hosted-only cases then skip saying why)."""
+    from fixtures.hosts import unavailable_reason
 
+    named = any(arg == "--hosts" or arg.startswith("--hosts=") for arg in request.config.invocation_params.args)
+    mode = request.config.getoption("hosts") if named else "netns" if unavailable_reason() is None else "none"
+    if mode == "netns":
         reason = unavailable_reason()
         if reason is not None:
             pytest.skip(f"--hosts netns: {reason}")

@@ -218,7 +218,8 @@ def test_a_partitioned_node_times_the_collective_out(tmp_path, launch_hosts):
     node1's ranks named by host with why nothing came back; every process of both nodes ends, never healed
     (node1's supervisors give the silent controller up)."""
     if launch_hosts != "netns":
-        pytest.skip("a partition needs the nodes on simulated hosts: run with --hosts netns")
+        pytest.skip("a partition needs the nodes on simulated hosts (made wherever root and ip netns are: "
+                    "here --hosts none was named, or they cannot be made)")
     request, done = tmp_path / "partition-request", tmp_path / "partition-done"
 
     def partition_node1(procs, mark, nodes):
