@@ -179,6 +179,18 @@ def test_pool_reuses_a_healthy_world_and_recovers_a_tainted_one(pool):
     assert again.run(rank_fns.all_reduce_rank_sum) == expected_sum(2)
 
 
+def test_ranks_that_drew_different_group_names_get_fresh_groups_before_the_next_case(pool):
+    """A case after which the ranks would name their next group differently taints the world (fixtures/world.py):
+    the pool resets it, and the next case's new_group meets on every rank instead of hanging."""
+    world = pool.get("gloo", 2)
+    assert world.run(rank_fns.group_only_on_rank0) == [0, 1]
+    assert world.tainted
+    again = pool.get("gloo", 2)
+    assert again is world and not again.tainted
+    assert again.run(rank_fns.new_group_all_reduce_rank_sum, deadline=20.0) == expected_sum(2)
+    assert not again.tainted
+
+
 def test_pool_replaces_a_tainted_world_whose_reset_fails(pool):
     first = pool.get("gloo", 2)
     started = pool.started

@@ -38,6 +38,23 @@ def raise_on_rank1():
     return ctx.rank
 
 
+def group_only_on_rank0():
+    """Rank 0 alone makes a one-rank group (which needs no peer): it draws a group name its peers do not, as the
+    ranks that shrink a group do on torch 2.14 while the excluded ones stay out."""
+    if ctx.rank == 0:
+        dist.destroy_process_group(dist.new_group([0]))
+    return ctx.rank
+
+
+def new_group_all_reduce_rank_sum() -> float:
+    """all_reduce_rank_sum in a new group of every rank: its name must be the same on every rank to meet."""
+    group = dist.new_group()
+    t = torch.tensor([float(ctx.rank + 1)])
+    dist.all_reduce(t, group=group)
+    dist.destroy_process_group(group)
+    return t.item()
+
+
 def hang_rank0_sleeps():
     """Rank 0 never reaches the barrier the other ranks wait in: a deadlock."""
     if ctx.rank == 0:
