@@ -387,18 +387,6 @@ AGENTS: dict[str, AgentSpec] = {
                 "recvAnysource\"): PgTransport.start() posts its first receives (frames staged through the rank's "
                 "GPU, NCCL moving CUDA tensors only) and fails with that error (torch's source; not run here)",
                 outcome="skip"),
-
-            # over the reference backend (--backend reference), measured on simulated hosts, ws2 and ws3; not under
-            # frozen (2026-12-03, ws2, --faults all: the three cases XPASSed): a stopped peer's kernel still takes
-            # the frames, so no send blocks
-            Gap({"backend": "reference", "fault": ("partition", "one_way", "flap", "data_plane"),
-                 "clause": ("test_every_call_ends_within_its_timeout", "test_every_call_raises_a_runtime_error",
-                            "test_after_healing_the_agent_is_as_declared")},
-                "reference-pg over the reference backend, under a partition: rpc_sync and rpc_async raised 'RPC ran "
-                "for more than set timeout (2000 ms)' at 2 s, but remote() and to_here() returned nothing within "
-                "7 s; after healing every rank's rpc_sync still raised 'RPCErr:1:RPC ran for more than set timeout "
-                "(2000 ms)'. The agent posts its frames with the backend's send, and the reference's send is bounded "
-                "by the agent group's days-long timeout, not by the RPC's"),
         )),
     "reference-tp": AgentSpec(
         name="reference-tp", module="backends.reference.rpc", **REFERENCE_STACK,

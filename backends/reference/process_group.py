@@ -189,7 +189,7 @@ def _stop_threads_before_exit() -> None:
         pg.shutdown()
     deadline = time.monotonic() + 2.0
     for thread in threading.enumerate():
-        if thread.name.startswith(("reference-worker", "reference-read")):
+        if thread.name.startswith(("reference-worker", "reference-read", "reference-write")):
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
@@ -828,14 +828,19 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         work.fr_entry = self._fr_record(f"send {self.rank()}->{dst}", 0, [tensor], [tensor],
                                         self.timeout.total_seconds(), p2p=True)
         recorder().started(work.fr_entry)
-        try:
+        def written(error: Exception | None) -> None:  # on this thread, or the peer's writer's (Mesh.post)
+            if error is None:
+                work.complete([tensor])
+            else:  # reported by wait(), like any backend's async error
+                work.fail(RuntimeError(f"reference: send to rank {dst} (tag {tag}) failed: {error}"))
+
+        try:  # returns at once, as gloo's send does: a peer that reads nothing holds the Work, not the caller
             deadline = time.monotonic() + self.timeout.total_seconds()
             self.mesh.connect([dst], deadline)
-            self.mesh.send(dst, wire.P2P, tag, wire.tensor_meta(tensor), wire.tensor_bytes(tensor),
-                           deadline=deadline)
-            work.complete([tensor])
-        except Exception as exc:  # reported by wait(), like any backend's async error
-            work.fail(RuntimeError(f"reference: send to rank {dst} (tag {tag}) failed: {exc}"))
+            self.mesh.post(dst, wire.P2P, tag, wire.tensor_meta(tensor), wire.tensor_bytes(tensor), deadline,
+                           written)
+        except Exception as exc:
+            written(exc)
         return work
 
     def recv(self, tensors, src, tag):

@@ -21,6 +21,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -48,22 +49,46 @@ class SendTimeout(RuntimeError):
         self.peer = peer
 
 
-def _send_all(sock: socket.socket, data: memoryview | bytes, deadline: float | None) -> None:
-    """sendall, bounded by ``deadline`` (time.monotonic()) when one is given: a blocking sendall waits for the
-    peer's window without end when the peer reads nothing (measured under a silent partition: gloo's send
-    times out at the group's timeout, this one never returned)."""
-    if deadline is None:
-        sock.sendall(data)
-        return
-    view = memoryview(data).cast("B")
-    while view:
+class _Frame:
+    """A frame on its way to one peer: what is left of it to write, by when, and whom to tell."""
+
+    __slots__ = ("parts", "deadline", "done", "started")
+
+    def __init__(self, parts: list[memoryview], deadline: float | None, done: Callable[[Exception | None], None]):
+        self.parts, self.deadline, self.done = parts, deadline, done
+        self.started = False  # some of its bytes are in the connection: it can no longer be taken back
+
+
+def _write_now(sock: socket.socket, frame: _Frame) -> bool:
+    """Write what of ``frame`` fits into the connection without waiting; True once all of it is written."""
+    while frame.parts:
+        part = frame.parts[0]
         try:
-            view = view[sock.send(view, socket.MSG_DONTWAIT):]
+            sent = sock.send(part, socket.MSG_DONTWAIT)
         except BlockingIOError:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"{len(view)} bytes still unsent at the deadline") from None
-            select.select([], [sock], [], remaining)
+            return False
+        frame.started = True
+        if sent < len(part):
+            frame.parts[0] = part[sent:]
+            return False
+        frame.parts.pop(0)
+    return True
+
+
+class _Outgoing:
+    """The frames to one peer, in order, and the thread that writes those that did not fit at once.
+
+    A frame that fits into the connection is written on the sender's thread (the common case: one
+    system call, no hand-over); the rest of one that does not, and every frame after it, wait here
+    for the writer, so a sender never blocks on a peer that reads nothing (gloo's send returns its
+    Work at once too; a caller whose frame sat in a full connection was held for the group's timeout,
+    days for an RPC agent's group). The head of the queue is the frame being written.
+    """
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.queue: collections.deque[_Frame] = collections.deque()
+        self.writer: threading.Thread | None = None
 
 
 class PostedRecv:
@@ -166,7 +191,7 @@ class Mesh:
         self.refused: list[str] = []  # why each refused connection was refused
         self.broken: dict[int, str] = {}  # peer -> why its connection is gone
         self._conns: dict[int, socket.socket] = {}
-        self._send_locks = {peer: threading.Lock() for peer in range(size)}
+        self._outgoing = {peer: _Outgoing() for peer in range(size) if peer != rank}
         self._closed = False
         self._ready = threading.Event()
         self._adopt_lock = threading.Lock()
@@ -295,7 +320,31 @@ class Mesh:
     # ------------------------------------------------------------- sending
     def send(self, peer: int, kind: int, tag: int, meta: dict, data: memoryview | bytes = b"",
              deadline: float | None = None) -> None:
-        """Send one frame to ``peer``; by ``deadline`` (time.monotonic()) or SendTimeout, when one is given."""
+        """Send one frame to ``peer`` and return once it is written into the connection; by ``deadline``
+        (time.monotonic()) or SendTimeout, when one is given."""
+        written = threading.Event()
+        outcome: list[Exception | None] = []
+
+        def done(error: Exception | None) -> None:
+            outcome.append(error)
+            written.set()
+
+        frame = self.post(peer, kind, tag, meta, data, deadline, done)
+        if frame is not None and not written.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+            if self._take_back(peer, frame):  # still waiting behind another frame: the connection is intact
+                raise SendTimeout(f"reference rank {self.rank}: send to rank {peer} timed out: the frames "
+                                  "before it are still unsent at its deadline", peer)
+            written.wait()  # the writer is on it, and gives up at the same deadline
+        if outcome and outcome[0] is not None:
+            raise outcome[0]
+
+    def post(self, peer: int, kind: int, tag: int, meta: dict, data: memoryview | bytes,
+             deadline: float | None, done: Callable[[Exception | None], None]) -> _Frame | None:
+        """Start sending one frame to ``peer`` without waiting for the connection: ``done(None)`` once it is
+        written, ``done(error)`` if it cannot be by ``deadline`` (SendTimeout; the connection is then closed, a
+        frame cut short leaving nothing later readable) or the connection fails (PeerError). Called at once when
+        the frame fits (None is returned), else from the peer's writer thread (the frame is returned). A peer
+        already lost raises PeerError here."""
         encoded = wire.encode_meta(meta)
         if peer == self.rank:  # to self: straight into the mailbox, copied like a real send
             frame = (wire.decode_meta(encoded), bytearray(data))
@@ -303,29 +352,88 @@ class Mesh:
                 self.mailbox.deliver(("p2p", peer, tag), frame)
             else:
                 self.mailbox.deliver(("coll", meta["seq"], meta["step"], peer), frame)
-            return
+            done(None)
+            return None
         failure = self.failure_for([peer])
         if failure:
             raise failure
         sock = self._conns[peer]
         head = wire.encode_header(kind, tag, encoded, len(data)) + encoded
-        with self._send_locks[peer]:
+        if len(data) <= SMALL_FRAME_BYTES:  # one system call for latency-bound messages
+            parts = [memoryview(head + bytes(data))]
+        else:  # the data travels from where it is: the sender keeps the tensor until the Work completes
+            parts = [memoryview(head), memoryview(data).cast("B")]
+        pending = _Frame(parts, deadline, done)
+        outgoing = self._outgoing[peer]
+        with outgoing.cond:
             try:
-                if len(data) <= SMALL_FRAME_BYTES:  # one system call for latency-bound messages
-                    _send_all(sock, head + bytes(data), deadline)
-                else:
-                    _send_all(sock, head, deadline)
-                    _send_all(sock, data, deadline)
-            except TimeoutError as exc:
-                self.broken.setdefault(peer, f"send to rank {peer} timed out: {exc}")
-                try:  # a frame cut short: nothing later on this connection could be read right
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                raise SendTimeout(f"reference rank {self.rank}: {self.broken[peer]}", peer) from None
+                written = not outgoing.queue and _write_now(sock, pending)
             except OSError as exc:
                 self.broken.setdefault(peer, f"send to rank {peer} failed: {exc}")
                 raise PeerError(f"reference rank {self.rank}: {self.broken[peer]}") from None
+            if not written:
+                outgoing.queue.append(pending)
+                if outgoing.writer is None:
+                    outgoing.writer = threading.Thread(target=self._write_loop, args=(peer, sock, outgoing),
+                                                       daemon=True, name=f"reference-write-r{self.rank}-to{peer}")
+                    outgoing.writer.start()
+                outgoing.cond.notify()
+        if written:
+            done(None)
+            return None
+        return pending
+
+    def _take_back(self, peer: int, frame: _Frame) -> bool:
+        """Remove ``frame`` from its peer's queue if none of it is written yet and the writer is not on it."""
+        outgoing = self._outgoing[peer]
+        with outgoing.cond:
+            if frame.started or not outgoing.queue or outgoing.queue[0] is frame or frame not in outgoing.queue:
+                return False
+            outgoing.queue.remove(frame)
+            return True
+
+    def _write_loop(self, peer: int, sock: socket.socket, outgoing: _Outgoing) -> None:
+        """Write the queued frames to ``peer`` in order, each by its deadline; the first that misses it or
+        fails closes the connection and fails every frame still queued."""
+        while True:
+            with outgoing.cond:
+                while not outgoing.queue and not self._closed:
+                    outgoing.cond.wait()
+                if not outgoing.queue:
+                    return
+                frame = outgoing.queue[0]
+            try:
+                while not _write_now(sock, frame):
+                    remaining = None if frame.deadline is None else frame.deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        unsent = sum(len(part) for part in frame.parts)
+                        raise TimeoutError(f"{unsent} bytes still unsent at the deadline")
+                    select.select([], [sock], [], remaining)
+            except (TimeoutError, OSError, ValueError) as exc:  # ValueError: select on a socket close() closed
+                self._fail_outgoing(peer, sock, outgoing, exc)
+                return
+            with outgoing.cond:
+                outgoing.queue.popleft()
+            frame.done(None)
+
+    def _fail_outgoing(self, peer: int, sock: socket.socket, outgoing: _Outgoing, exc: Exception) -> None:
+        if self._closed:
+            error: Exception = PeerError(f"reference rank {self.rank}: process group was shut down")
+        elif isinstance(exc, TimeoutError):
+            self.broken.setdefault(peer, f"send to rank {peer} timed out: {exc}")
+            try:  # a frame cut short: nothing later on this connection could be read right
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            error = SendTimeout(f"reference rank {self.rank}: {self.broken[peer]}", peer)
+        else:
+            self.broken.setdefault(peer, f"send to rank {peer} failed: {exc}")
+            error = PeerError(f"reference rank {self.rank}: {self.broken[peer]}")
+        with outgoing.cond:
+            failed = list(outgoing.queue)
+            outgoing.queue.clear()
+        for frame in failed:
+            frame.done(error)
 
     def close(self) -> None:
         self._closed = True
@@ -336,6 +444,9 @@ class Mesh:
                 sock.close()
             except OSError:
                 pass
+        for outgoing in self._outgoing.values():  # a writer waiting for frames ends; one writing fails its frames
+            with outgoing.cond:
+                outgoing.cond.notify_all()
         self.mailbox.wake()
 
     @property

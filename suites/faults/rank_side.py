@@ -77,11 +77,22 @@ def _barrier(group, numel: int) -> bool:
     return True
 
 
+# seconds the cut-off rank's isend call took before it returned its Work (or raised), the last p2p's: the
+# sender's wait is in Work.wait(), so a send into a connection nobody reads must not hold the call itself
+_ISEND_SECONDS: list[float] = []
+
+
 def _p2p(group, numel: int) -> float | str:
-    """The cut-off rank sends its rank + 1 to rank 0 (the first element received is returned)."""
+    """The cut-off rank isends its rank + 1 to rank 0 and waits for it (the first element received is returned)."""
     cut = ctx.world_size - 1
     if ctx.rank == cut:
-        dist.send(torch.full((numel,), float(cut + 1)), dst=PEER, group=group)
+        _ISEND_SECONDS.clear()
+        started = time.monotonic()
+        try:
+            work = dist.isend(torch.full((numel,), float(cut + 1)), dst=PEER, group=group)
+        finally:
+            _ISEND_SECONDS.append(time.monotonic() - started)
+        work.wait()
         return float(cut + 1)
     if ctx.rank == PEER:
         tensor = torch.zeros(numel)
@@ -171,6 +182,9 @@ def under_fault(directory: str, timeout_s: float, numels: dict[str, int], bound_
         "shrink": _bounded(lambda: _shrink(groups["shrink"], numel), "shrink", bound_s),
     }
     out.update({name: wait.result(bound_s) for name, wait in waits.items()})
+    if ctx.rank == ctx.world_size - 1:  # the p2p's sender: how long its isend call took, if it returned at all
+        out["isend"] = {"ok": bool(_ISEND_SECONDS), "value": None,
+                        "seconds": _ISEND_SECONDS[0] if _ISEND_SECONDS else out["p2p"]["seconds"]}
     for name in NUMBERED:
         recorded[name]["ended"] = recorder_view.view(groups[name], since[name])
     out["recorder"] = recorded

@@ -23,7 +23,7 @@ import re
 import pytest
 
 from suites.faults.operations import BY_NAME, OPERATIONS, breaks, reached, unreached
-from suites.faults.scenario import SLACK_S, TIMEOUT_S
+from suites.faults.scenario import SLACK_S, TIMEOUT_S, payloads
 from suites.faults.table import FAULTS, TABLE
 
 BOUND_S = TIMEOUT_S + SLACK_S
@@ -36,6 +36,10 @@ TIMED_OUT = [f.name for f in FAULTS if f.ends_by == "timeout" and breaks(f, BY_N
 # every fault that breaks the all_reduce from the network (a frozen rank is not one: it never starts its call); the
 # issue measured the partition (pytorch/gloo#520). Each run waits up to 12 s on gloo: only when --faults names faults.
 FIRST_COLLECTIVE_FAULTS = [f.name for f in FAULTS if breaks(f, BY_NAME["all_reduce"]) and not f.stops_the_rank]
+# the faults that cut the p2p while its sender runs (a frozen sender's call lasts as long as its freeze)
+ISEND_CUT = [f.name for f in FAULTS if breaks(f, BY_NAME["p2p"]) and not f.stops_the_rank]
+# "at once": a call that waited for the connection would take the group's timeout (2 s) to give up
+ISEND_RETURN_S = TIMEOUT_S / 4
 ENDING_STEPS = ("destroyed", "dropped")  # rank_side.first_collective: destroy_process_group, then the last reference
 
 
@@ -74,6 +78,21 @@ def test_the_error_names_the_operation_or_the_peer(scenario, operation):
     calls = scenario.outcomes(operation)
     unnamed = {r: _brief(calls[r]) for r in asked if not names.search(calls[r].get("error", ""))}
     assert not unnamed, f"{scenario.fault}: errors naming neither {operation} nor rank {cut}: {unnamed}"
+
+
+@pytest.mark.needs(clause="test_isend_returns_at_once_under_the_fault")
+@pytest.mark.parametrize("fault", ISEND_CUT)
+def test_isend_returns_at_once_under_the_fault(scenario):
+    """The sender's isend of a payload larger than the connection holds returns its Work (or raises) at once under the
+    fault: only its wait() waits for the receiver.
+
+    An isend that writes on the caller's thread until the bytes are in the connection holds its caller for the
+    group's timeout when nobody reads them; over an RPC agent's days-long group that caller was an RPC's."""
+    call = scenario.ranks[scenario.cut_rank]["isend"]
+    assert call["ok"] and call["seconds"] < ISEND_RETURN_S, \
+        f"{scenario.fault}: rank {scenario.cut_rank}'s isend of {payloads(TABLE[scenario.fault])['p2p']} float32 to " \
+        f"rank 0 {'returned' if call['ok'] else 'had not returned'} after {call['seconds']:.2f} s (at once: within " \
+        f"{ISEND_RETURN_S:g} s)"
 
 
 @pytest.mark.needs(clause="test_a_reset_fails_at_once_on_the_reset_host_and_a_peer")

@@ -223,6 +223,15 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--faults', 'partition'),
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend's send: isend writes the whole message on the caller's thread.
+    SeededBug(
+        name='reference_send_blocks_caller',
+        contract="under a fault that cuts a p2p, the sender's isend returns its Work at once; only wait() waits",
+        clauses=('suites/faults/test_network_faults.py::test_isend_returns_at_once_under_the_fault',),
+        suite='suites/faults/test_network_faults.py::test_isend_returns_at_once_under_the_fault',
+        options=('--faults', 'partition'),
+        shares_a_run=True,
+    ),
     # Seeded bug in the native backend, under a network fault: a shrunk group still counts the rank it excluded.
     SeededBug(
         name='shrink_under_fault_waits_for_the_cut_rank',
