@@ -40,6 +40,11 @@ class RecvTimeout(RuntimeError):
     pass
 
 
+class ClosedMidFrame(wire.ProtocolError):
+    """The connection ended inside a frame: the peer closed it, or its send was cut short at its deadline (a
+    frame it could not finish writing: SendTimeout on its side), or an outsider sent part of a hello."""
+
+
 class SendTimeout(RuntimeError):
     """A send did not fit into the connection before its deadline (the peer reads nothing: a silent partition, a
     frozen peer); ``peer`` is the rank it was for. The frame is cut short, so the connection is closed."""
@@ -292,6 +297,8 @@ class Mesh:
                     raise wire.ProtocolError(f"unexpected {wire.KINDS[kind]} frame after the handshake")
         except EOFError:
             reason = "closed the connection"
+        except ClosedMidFrame as exc:  # not a malformed frame: the peer gave up on it (a send past its deadline)
+            reason = f"closed the connection in the middle of a frame ({exc})"
         except wire.ProtocolError as exc:
             reason = f"sent a malformed frame ({exc}); connection refused"
         except OSError as exc:
@@ -475,6 +482,6 @@ def _read_exactly(source, n: int) -> bytearray:
         if not chunk:
             if got == 0:
                 raise EOFError
-            raise wire.ProtocolError(f"truncated frame: {got} of {n} bytes before the connection closed")
+            raise ClosedMidFrame(f"truncated frame: {got} of {n} bytes before the connection closed")
         got += chunk
     return buffer
