@@ -49,22 +49,29 @@ DISTCONFORM_SPEC = BackendSpec(
     check_available=lambda: Availability(True),
     gaps=(
         # measured on torch 2.13 (suites/c10d/test_capabilities.py); listed first so these reasons are the ones shown
-        Gap({"clause": "test_advertised_capability_works"},
+        Gap({"clause": "test_advertised_capability_works",
+             "feature": ("splitting", "coalescing", "time_estimate", "tensor_alloc")},
             "a Python ProcessGroup has no c10d Backend flags: the reference (its own backend: _get_backend(cpu) "
-            "answers the group) has no supports_splitting, supports_shrinking, supports_coalescing, "
-            "supports_time_estimate or supports_tensor_alloc attribute, so it advertises none of them (it does "
-            "coalesce; it does not advertise supports_coalescing because torch 2.14's batch_isend_irecv would "
-            "then take the C++ coalescing path)"),
+            "answers the group) has no supports_splitting, supports_coalescing, supports_time_estimate or "
+            "supports_tensor_alloc attribute, so it advertises none of them (it does coalesce; it does not "
+            "advertise supports_coalescing because torch 2.14's batch_isend_irecv would then take the C++ "
+            "coalescing path)"),
+        Gap({"clause": "test_advertised_capability_works", "feature": "shrinking"},
+            "the reference advertises supports_shrinking False before torch 2.14: torch's shrink_group takes a C++ "
+            "Backend back from shrink(), which Python cannot subclass there ('No constructor defined!')",
+            torch="<2.14"),
         Gap({"feature": ("suspend_resume", "memory_stats")},
             "the reference has no suspend/resume and keeps no memory statistics: "
             "\"AttributeError: 'ReferenceProcessGroup' object has no attribute 'suspend'\" ('memory_stats' likewise)"),
         MONITORED_BARRIER_GLOO_ONLY,
         SPLIT_NEEDS_ACCELERATOR,
         Gap({"feature": "shrinking"},
-            "the reference cannot shrink a group: shrink_group asks the group's device backend (the group itself, "
-            "_get_backend(cpu)) for supports_shrinking, which it lacks, and fails with \"TypeError: Process group "
-            "backend for '<name>' does not support shrinking operations.\" (torch 2.13 shrinks through the C++ "
-            "Backend.shrink, NCCL only; measured by test_shrink_group and test_shrink_after_a_rank_died)"),
+            "the reference cannot shrink a group before torch 2.14: shrink_group registers what the group's device "
+            "backend (the group itself, _get_backend(cpu)) returns from shrink() as a C++ Backend, which Python "
+            "cannot subclass there ('No constructor defined!'), so it answers supports_shrinking False and "
+            "shrink_group fails with \"TypeError: Process group backend for '<name>' does not support shrinking "
+            "operations.\" (measured by test_shrink_group and test_shrink_after_a_rank_died; from 2.14 on it "
+            "shrinks, backends/reference/shrunk.py)", torch="<2.14"),
         Gap({"flight_recorder": FLIGHT_RECORDER_PARTS, "recorder": "torch"},
             "a backend written in Python cannot record into torch's flight recorder: torch 2.13 records from C++ "
             "only (FlightRecorder<c10::Event>::record, called by ProcessGroupGloo/NCCL themselves), "

@@ -41,7 +41,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from . import fault_tolerance, semantics, wire
+from . import fault_tolerance, semantics, shrunk, wire
 from .flight_recorder import Entry, recorder
 from .transport import Mesh, PeerError, RecvTimeout, SendTimeout
 
@@ -54,9 +54,29 @@ LAZY_INIT_ENV = "DISTCONFORM_REFERENCE_LAZY_INIT"  # "1" when a group is made: i
 # Python Work. Once Python drops its last reference the overrides below are
 # gone and C++ falls through to c10d's base Work (wait() never returns,
 # getFuture() "not implemented"). So the group keeps every Work alive while
-# it is in flight and the most recent completed ones after that.
+# it is in flight and the most recent completed ones after that: the last
+# RECENT_WORKS, fewer while those hold more than RECENT_BYTES of results (a
+# completed Work keeps its output tensors; 4096 all_reduces of 48 MiB held a
+# rank's 5.4 GB when the kernel killed it), never fewer than RECENT_WORKS_KEPT.
 _WORKS_IN_FLIGHT: set = set()
-_WORKS_RECENT: collections.deque = collections.deque(maxlen=4096)
+RECENT_WORKS, RECENT_WORKS_KEPT, RECENT_BYTES = 4096, 64, 256 << 20
+_WORKS_RECENT: collections.deque = collections.deque()  # (work, bytes its result holds)
+_recent = {"bytes": 0}
+_recent_lock = threading.Lock()
+
+
+def _result_bytes(value) -> int:
+    tensors = value if isinstance(value, (list, tuple)) else [value]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _keep_recent(work, held: int) -> None:
+    with _recent_lock:
+        _WORKS_RECENT.append((work, held))
+        _recent["bytes"] += held
+        while len(_WORKS_RECENT) > RECENT_WORKS or (
+                len(_WORKS_RECENT) > RECENT_WORKS_KEPT and _recent["bytes"] > RECENT_BYTES):
+            _recent["bytes"] -= _WORKS_RECENT.popleft()[1]
 
 
 class ReferenceWork(dist.Work):
@@ -77,12 +97,12 @@ class ReferenceWork(dist.Work):
     def complete(self, value) -> None:
         self._record_completion()
         self.future.set_result(value)
-        self._finished()
+        self._finished(_result_bytes(value))
 
     def fail(self, error: Exception) -> None:
         self._record_failure()
         self.future.set_exception(error)
-        self._finished()
+        self._finished(0)
 
     def _record_completion(self) -> None:
         """Mark the recorder's entry completed before any waiter wakes: read after wait(), it says so."""
@@ -94,10 +114,10 @@ class ReferenceWork(dist.Work):
         if self.fr_entry is not None:
             recorder().failed(self.fr_entry)
 
-    def _finished(self) -> None:
+    def _finished(self, held: int) -> None:
         self.ended = time.perf_counter()
         self._done.set()
-        _WORKS_RECENT.append(self)
+        _keep_recent(self, held)
         _WORKS_IN_FLIGHT.discard(self)
 
     def wait(self, timeout=None):
@@ -223,6 +243,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             store, rank, size, timeout, host=host, lazy=os.environ.get(LAZY_INIT_ENV) == "1")
         self._seq = 0
         self._seq_lock = threading.Lock()
+        self._shrinks = 0  # shrink()s of this group so far: the store prefix of the next shrunk group
         self._coalesced: list[ReferenceWork] | None = None  # between _start_coalescing and _end_coalescing
         self._completion_hooks: list = []  # _register_on_completion_hook; called once per finished collective
         self._pending: set[ReferenceWork] = set()  # queued or running collectives (_wait_for_pending_works)
@@ -890,6 +911,32 @@ class ReferenceProcessGroup(dist.ProcessGroup):
             if failure and self.mesh.mailbox.cancel(posted):
                 work.fail(failure)
         return work
+
+    # ------------------------------------------------------------ shrinking
+    @property
+    def supports_shrinking(self) -> bool:
+        """torch's shrink_group asks the group's device backend (this group, _get_backend(cpu)); it can only take
+        a C++ Backend back, which Python can subclass from torch 2.14 on (shrunk.py)."""
+        return shrunk.AVAILABLE
+
+    def shrink(self, ranks_to_exclude, shrink_flags: int = 0, opts_override=None):
+        """Backend.shrink, as torch's shrink_group calls it on the ranks that stay: a group of the remaining ranks,
+        numbered in their order, over this group's store under a prefix of its own (every remaining rank counts
+        its shrinks of this group alike), with ``opts_override``'s timeout if it has one, else this group's.
+        SHRINK_ABORT aborts this group's operations first; torch destroys this group afterwards either way."""
+        excluded = {int(r) for r in ranks_to_exclude}
+        remaining = [r for r in range(self.size()) if r not in excluded]
+        if self.rank() not in remaining:
+            raise RuntimeError(f"reference: rank {self.rank()} is excluded by the shrink it was asked to take part "
+                               "in; only the remaining ranks shrink a group")
+        if shrink_flags & dist.distributed_c10d.SHRINK_ABORT:
+            self.abort()
+        timeout = getattr(opts_override, "_timeout", None) or self.timeout
+        self._shrinks += 1
+        group = type(self)(dist.PrefixStore(f"reference/shrink/{self._shrinks}", self.store),
+                           remaining.index(self.rank()), len(remaining), timeout,
+                           global_ranks=[self.global_ranks[r] for r in remaining], host=self._host)
+        return shrunk.ShrunkBackend(group)
 
     # ------------------------------------------------------------ merging
     def merge_remote_group(self, store, size: int, timeout: timedelta = timedelta(minutes=30),

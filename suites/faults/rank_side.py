@@ -141,6 +141,30 @@ def _shrink(group, numel: int) -> float | str:
         dist.destroy_process_group(shrunk)
 
 
+def _names_drawn() -> int | None:
+    """How many group names c10d has drawn in this rank (``_world.group_count``), None where it keeps no count."""
+    count = getattr(dist.distributed_c10d._world, "group_count", None)
+    return count if isinstance(count, int) else None
+
+
+def _draw_the_names_the_shrink_drew(directory: str) -> None:
+    """The cut-off rank draws the group names its peers' shrink drew, so that the next group every rank makes
+    has one name on all of them.
+
+    torch 2.14's shrink_group draws a name (``_world.group_count``) on the ranks that shrink only, the excluded
+    rank staying out as torch requires; a new_group after it then has one name on the shrinking ranks and
+    another on the excluded one, and its rendezvous fails ('rank 0 published no world token within 2 s: ...
+    /default_pg/0/0//7//cpu//reference/token'). The scenario's excluded rank lives on (the fault heals), so it
+    catches up with rank 0's count, read from the meeting directory (marked before the fault healed)."""
+    mine = _names_drawn()
+    if mine is None or ctx.rank != ctx.world_size - 1:
+        return
+    marks = [name for name in os.listdir(directory) if name.startswith("names0-")]
+    theirs = int(marks[0].split("-", 1)[1]) if marks else mine
+    for _ in range(theirs - mine):
+        dist.distributed_c10d._process_group_name([], use_hashed_name=False)
+
+
 def _destroy(groups) -> None:
     for group in groups:
         try:
@@ -188,8 +212,10 @@ def under_fault(directory: str, timeout_s: float, numels: dict[str, int], bound_
     for name in NUMBERED:
         recorded[name]["ended"] = recorder_view.view(groups[name], since[name])
     out["recorder"] = recorded
+    meeting.mark(directory, f"names{ctx.rank}-{_names_drawn()}")  # before "faulted": the controller waits for those
     meeting.mark(directory, f"faulted{ctx.rank}")
     meeting.wait(directory, "healed", f"rank {ctx.rank}")
+    _draw_the_names_the_shrink_drew(directory)
     out["after"] = _bounded(lambda: _all_reduce(groups["all_reduce"], numel), "after", bound_s)
     fresh = dist.new_group(timeout=timeout)
     out["renewed"] = _bounded(lambda: _all_reduce(fresh, numel), "renewed", bound_s)

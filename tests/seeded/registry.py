@@ -589,6 +589,17 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--world-size', '3',),
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend's shrink (torch 2.14 on): the shrunk group ignores its pg_options.
+    SeededBug(
+        name='reference_shrink_ignores_options',
+        torch='>=2.14',
+        contract='a shrunk group times out after the timeout its own pg_options give',
+        clauses=('suites/c10d/test_shrink_and_options.py::test_shrunk_group_times_out_as_its_options_say',),
+        suite='suites/c10d/test_shrink_and_options.py',
+        keyword='test_shrunk_group_times_out_as_its_options_say',
+        options=('--world-size', '3',),
+        shares_a_run=True,
+    ),
     # Seeded bug in the native backend: a shrunk group still counts the ranks it excluded.
     SeededBug(
         name='native_shrink_waits_for_excluded',
