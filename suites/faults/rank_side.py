@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from fixtures.rank import ctx
+from fixtures.rank import ctx, group_names_drawn
 from suites.faults import meeting, recorder_view
 from suites.faults.operations import NUMBERED, PEER
 
@@ -141,12 +141,6 @@ def _shrink(group, numel: int) -> float | str:
         dist.destroy_process_group(shrunk)
 
 
-def _names_drawn() -> int | None:
-    """How many group names c10d has drawn in this rank (``_world.group_count``), None where it keeps no count."""
-    count = getattr(dist.distributed_c10d._world, "group_count", None)
-    return count if isinstance(count, int) else None
-
-
 def _draw_the_names_the_shrink_drew(directory: str) -> None:
     """The cut-off rank draws the group names its peers' shrink drew, so that the next group every rank makes
     has one name on all of them.
@@ -156,7 +150,7 @@ def _draw_the_names_the_shrink_drew(directory: str) -> None:
     another on the excluded one, and its rendezvous fails ('rank 0 published no world token within 2 s: ...
     /default_pg/0/0//7//cpu//reference/token'). The scenario's excluded rank lives on (the fault heals), so it
     catches up with rank 0's count, read from the meeting directory (marked before the fault healed)."""
-    mine = _names_drawn()
+    mine = group_names_drawn()
     if mine is None or ctx.rank != ctx.world_size - 1:
         return
     marks = [name for name in os.listdir(directory) if name.startswith("names0-")]
@@ -212,7 +206,7 @@ def under_fault(directory: str, timeout_s: float, numels: dict[str, int], bound_
     for name in NUMBERED:
         recorded[name]["ended"] = recorder_view.view(groups[name], since[name])
     out["recorder"] = recorded
-    meeting.mark(directory, f"names{ctx.rank}-{_names_drawn()}")  # before "faulted": the controller waits for those
+    meeting.mark(directory, f"names{ctx.rank}-{group_names_drawn()}")  # before "faulted": the controller waits for those
     meeting.mark(directory, f"faulted{ctx.rank}")
     meeting.wait(directory, "healed", f"rank {ctx.rank}")
     _draw_the_names_the_shrink_drew(directory)
