@@ -31,7 +31,7 @@ def error(exc: BaseException) -> str:
 
 def reported(group) -> dict:
     """What the backend and c10d say about ``group``: its timeout (or how asking fails), description, and the
-    type of the backend that answered (under DETAIL torch's wrapper, where it wrapped the group)."""
+    name and type of the backend that answered (under DETAIL torch's wrapper, where it wrapped the group)."""
     seen: dict = {}
     try:
         backend = backend_of(group)
@@ -39,6 +39,10 @@ def reported(group) -> dict:
         seen["timeout"] = backend.options._timeout
     except Exception as exc:  # the finding: how the accessor fails on this backend
         seen["timeout"] = error(exc)
+    try:  # the backend, whatever form serves the group (its type names that form)
+        seen["backend_name"] = backend_of(group).name()
+    except Exception as exc:
+        seen["backend_name"] = error(exc)
     seen["group_desc"] = group.group_desc
     seen["pg_config_desc"] = dist.distributed_c10d._get_pg_config(group)["pg_desc"]
     return seen
