@@ -131,11 +131,47 @@ BARRIER_ON_CPU = Gap(
     "torch 2.11)")
 
 
-def _shared_with(serving: str, named: list[str]) -> tuple[Gap, ...]:
+# A string naming two backends that both run here (cpu:reference,cuda:gloo, measured on torch 2.14.1 at ws2: c10d
+# and p2p). torch 2.14 answers the group's own calls with its default backend, the one of the device it prefers
+# (_get_default_backend_type_for_backend_config: the accelerator's, else the first non-CPU device's the string
+# names), so the other devices' worlds see that backend's answers.
+SEVERAL_BACKENDS_NO_RECONFIGURE = Gap(
+    {"feature": "reconfigure"},
+    "torch refuses to reconfigure a group of several backends: 'RuntimeError: ProcessGroup reconfigure APIs do not "
+    "support process groups with multiple backends.' (torch 2.14.1, cpu:reference,cuda:gloo; "
+    "test_a_group_of_several_backends_is_refused holds every backend to that)", torch=">=2.14")
+DEFAULT_BACKEND_ANSWERS = Gap(
+    {"feature": ("work_sequence_number", "completion_hook", "pending_works", "shrinking")},
+    "torch 2.14 answers a group's own calls with its default backend, the one of the device it prefers (an "
+    "accelerator's, else the first non-CPU device's the string names: gloo in cpu:<it>,cuda:gloo), not the backend "
+    "serving this world's device: its sequence number is gloo's, which this device's collectives leave unchanged "
+    "('all_reduce: the sequence number went from 0 to 0, expected 1'), completion hooks and _wait_for_pending_works "
+    "are refused ('RuntimeError: Only ProcessGrouppNCCL supports onCompletion hook, but got gloo backend.'), and "
+    "shrink_group asks gloo (\"TypeError: Process group backend for '1' does not support shrinking operations.\"); "
+    "torch 2.14.1", torch=">=2.14")
+
+
+def default_device(parts: tuple[DevicePart, ...]) -> str:
+    """The device whose backend torch 2.14 makes a group's default (no device_id): the accelerator's if the
+    string names it, else the first non-CPU device named, else the first named."""
+    import torch
+
+    accelerator = torch.accelerator.current_accelerator()
+    devices = [p.device for p in parts]
+    if accelerator is not None and accelerator.type in devices:
+        return accelerator.type
+    return next((d for d in devices if d != "cpu"), devices[0])
+
+
+def _shared_with(serving: BackendSpec, device: str, runnable: list[DevicePart], specs: dict) -> tuple[Gap, ...]:
     """The gaps of one device's world of a string that also names another device's backend."""
-    if len(named) < 2 or "nccl" not in named:
+    named = [specs[p].init_backend.lower() for p in runnable]
+    if len(set(named)) < 2:
         return ()
-    return (BARRIER_ON_CPU,) if serving == "nccl" else (SEQUENCE_IS_NCCLS,)
+    if "nccl" in named:  # measured on a GPU (torch 2.11)
+        return (BARRIER_ON_CPU,) if serving.init_backend.lower() == "nccl" else (SEQUENCE_IS_NCCLS,)
+    shared = (SEVERAL_BACKENDS_NO_RECONFIGURE,) + tuple(serving.gaps_beside_other_backends)
+    return shared + (() if device == default_device(tuple(runnable)) else (DEFAULT_BACKEND_ANSWERS,))
 
 
 def _sets_default_backend(backends: list[str]) -> bool:
@@ -168,7 +204,7 @@ def device_spec(name: str, lookup: Callable[[str], BackendSpec]) -> BackendSpec:
         description += f", without {', '.join(dropped)}"
     named = [specs[p].init_backend.lower() for p in runnable]
     gaps = QUALIFIED_GAPS + (() if _sets_default_backend(named) else (UNDEFINED_DEFAULT_BACKEND,))
-    gaps += _shared_with(serving.init_backend.lower(), named)
+    gaps += _shared_with(serving, device, runnable, specs)
     return replace(serving, name=name, device_type=device, torch_backend=init, rank_env=rank_env,
                    gaps=gaps + tuple(serving.gaps), description=description,
                    check_available=_availability_of(serving_part, serving))

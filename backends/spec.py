@@ -557,6 +557,9 @@ class BackendSpec:
     # command prefix that starts all ranks at once (mpirun); empty: the harness spawns each rank
     launcher: tuple[str, ...] = ()
     gaps: tuple[Gap, ...] = ()
+    # what it does differently where it serves one device of a string that names other backends too
+    # (``cpu:<it>,cuda:gloo``, backends/mixed.py): added to that world's gaps
+    gaps_beside_other_backends: tuple[Gap, ...] = ()
     description: str = ""
     has_spec: bool = True  # False for a plugin backend we know nothing about
     # another backend whose gaps also apply (a wrapper of gloo: "gloo"); resolved by the registry

@@ -15,6 +15,8 @@ for hang reports (torch's flight-recorder entries, in a recorder of its own).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch.distributed as dist
 
 from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES, MONITORED_BARRIER_GLOO_ONLY,
@@ -23,24 +25,36 @@ from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES
                            ErrorsAfterFaults, Gap,
                            ResourceBudget)
 
+from . import backend_form
 from .process_group import LAZY_INIT_ENV, ReferenceProcessGroup
 
 NAME = "reference"
 
 
-def _create(dist_options, backend_options):
-    return ReferenceProcessGroup(
-        dist_options.store,
-        dist_options.group_rank,
-        dist_options.group_size,
-        dist_options.timeout,
-        global_ranks=list(dist_options.global_ranks_in_group) or None,
-        enable_reconfigure=getattr(dist_options, "enable_reconfigure", False),  # torch 2.14 passes it
-    )
+def creator(group_class: type = ReferenceProcessGroup):
+    """The creator torch calls for a group of ``group_class`` (the reference, or a subclass planting a bug)."""
+
+    def create(dist_options, backend_options):
+        """The group torch asked for: the ReferenceProcessGroup itself, which becomes the whole group; from torch
+        2.14 on, where the string names other backends beside it, a c10d Backend of it (backend_form.py), which
+        torch registers for the device the string names it for."""
+        group = group_class(
+            dist_options.store,
+            dist_options.group_rank,
+            dist_options.group_size,
+            dist_options.timeout,
+            global_ranks=list(dist_options.global_ranks_in_group) or None,
+            enable_reconfigure=getattr(dist_options, "enable_reconfigure", False),  # torch 2.14 passes it
+        )
+        if backend_form.AVAILABLE and backend_form.names_other_backends():
+            return backend_form.ReferenceBackend(group)
+        return group
+
+    return create
 
 
 if NAME.upper() not in dist.Backend._plugins:  # importing twice must not fail
-    dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(NAME, creator(), extended_api=True, devices=["cpu"])
 
 
 DISTCONFORM_SPEC = BackendSpec(
@@ -71,7 +85,7 @@ DISTCONFORM_SPEC = BackendSpec(
             "cannot subclass there ('No constructor defined!'), so it answers supports_shrinking False and "
             "shrink_group fails with \"TypeError: Process group backend for '<name>' does not support shrinking "
             "operations.\" (measured by test_shrink_group and test_shrink_after_a_rank_died; from 2.14 on it "
-            "shrinks, backends/reference/shrunk.py)", torch="<2.14"),
+            "shrinks, backends/reference/backend_form.py)", torch="<2.14"),
         Gap({"flight_recorder": FLIGHT_RECORDER_PARTS, "recorder": "torch"},
             "a backend written in Python cannot record into torch's flight recorder: torch 2.13 records from C++ "
             "only (FlightRecorder<c10::Event>::record, called by ProcessGroupGloo/NCCL themselves), "
@@ -90,12 +104,36 @@ DISTCONFORM_SPEC = BackendSpec(
             "and fr_trace then names the missing rank",
             torch=">=2.11,<2.15"),
         LOCAL_SYNC_DESYNCS_GROUP_NAMES,
-        PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE,
+        dataclasses.replace(
+            PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE, torch="<2.14",
+            reason=PYTHON_PROCESS_GROUP_TAKES_EVERY_DEVICE.reason + "; the reference is one before torch 2.14, and "
+            "answers a mixed string with a c10d Backend from 2.14 on (backend_form.py)"),
         TCPSTORE_GET_UNBOUNDED,  # the store is torch's (suites/faults, store_get)
         Gap({"feature": "premul_sum"},
             "torch 2.11's ReduceOp binding does not expose a PREMUL_SUM op's factor to Python (no ReduceOp.factor; "
             "torch 2.13 has it, 2.12 not checked): a Python process group cannot know what to multiply by",
             torch="<2.13"),
+    ),
+    # torch 2.14 on: a string naming other backends too gets the reference's c10d Backend form (backend_form.py);
+    # measured with cpu:reference,cuda:gloo on torch 2.14.1 at ws2 (c10d and p2p)
+    gaps_beside_other_backends=(
+        Gap({"clause": ("test_completed_work_reports_success_and_values", "test_work_not_completed_while_a_member_is_away",
+                        "test_failed_work_reports_its_error", "test_isend_irecv_ring")},
+            "torch hands a Python Backend's Works to Python in a PyWorkHolder that forwards wait() and get_future() "
+            "only (torch 2.14.1 py/PyProcessGroup.hpp), so its is_completed() stays False: 'is_completed() is False "
+            "after wait()', 'is_completed() is False after the Work failed', and result() raises 'RuntimeError: "
+            "result() not implemented.'", torch=">=2.14"),
+        Gap({"work": "duration"},
+            "torch's PyWorkHolder does not forward _get_duration() to a Python Backend's Work: 'RuntimeError: This "
+            "Backend doesn't support getDuration.' (torch 2.14.1)", torch=">=2.14"),
+        Gap({"feature": "recv_any_source"},
+            "torch's PyWorkHolder does not forward source_rank() to a Python Backend's Work, so recv without src "
+            "fails after the message arrived: 'RuntimeError: sourceRank() may only be called on work objects that "
+            "correspond to a recv or recv-from-any call.' (torch 2.14.1)", torch=">=2.14"),
+        Gap({"flight_recorder": "pg_config", "recorder": "backend"},
+            "a Python Backend is never told its group's description (c10d's Backend::setGroupDesc is not virtual and "
+            "torch 2.14.1 binds no getter for it), so the reference's recorder describes the group 'undefined' where "
+            "its entries say 'default_pg'", torch=">=2.14"),
     ),
     description="pure-Python reference process group over its own TCP mesh (the oracle)",
     # per live group and rank: its listening socket and one connection per peer; an accept/dial thread,

@@ -41,7 +41,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from . import fault_tolerance, semantics, shrunk, wire
+from . import backend_form, fault_tolerance, semantics, wire
 from .flight_recorder import Entry, recorder
 from .transport import Mesh, PeerError, RecvTimeout, SendTimeout
 
@@ -381,6 +381,11 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         with self._pending_lock:
             self._pending.add(work)
         self._jobs.put((work, seq, dict(fingerprint, op=name), run, timeout_s))
+        return self._coalescing(work)
+
+    def _coalescing(self, work: ReferenceWork) -> ReferenceWork:
+        """``work``, counted in the coalesced Work if it was issued between _start_coalescing and _end_coalescing
+        (collectives and p2p alike: torch 2.14's batch_isend_irecv coalesces a backend's sends and receives)."""
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
@@ -862,7 +867,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                            written)
         except Exception as exc:
             written(exc)
-        return work
+        return self._coalescing(work)
 
     def recv(self, tensors, src, tag):
         self._check_peer(src, "recv from")
@@ -903,21 +908,21 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                               time.monotonic() + self.timeout.total_seconds())
         except PeerError as exc:
             work.fail(RuntimeError(f"reference: {what} failed: {exc}"))
-            return work
+            return self._coalescing(work)
         posted = self.mesh.mailbox.post(src, tag, arrived)
         if posted is not None:
             work.on_timeout = lambda: self.mesh.mailbox.cancel(posted)
             failure = self.mesh.failure_for([src] if src is not None else [])
             if failure and self.mesh.mailbox.cancel(posted):
                 work.fail(failure)
-        return work
+        return self._coalescing(work)
 
     # ------------------------------------------------------------ shrinking
     @property
     def supports_shrinking(self) -> bool:
         """torch's shrink_group asks the group's device backend (this group, _get_backend(cpu)); it can only take
-        a C++ Backend back, which Python can subclass from torch 2.14 on (shrunk.py)."""
-        return shrunk.AVAILABLE
+        a C++ Backend back, which Python can subclass from torch 2.14 on (backend_form.py)."""
+        return backend_form.AVAILABLE
 
     def shrink(self, ranks_to_exclude, shrink_flags: int = 0, opts_override=None):
         """Backend.shrink, as torch's shrink_group calls it on the ranks that stay: a group of the remaining ranks,
@@ -936,7 +941,7 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         group = type(self)(dist.PrefixStore(f"reference/shrink/{self._shrinks}", self.store),
                            remaining.index(self.rank()), len(remaining), timeout,
                            global_ranks=[self.global_ranks[r] for r in remaining], host=self._host)
-        return shrunk.ShrunkBackend(group)
+        return backend_form.ReferenceBackend(group)
 
     # ------------------------------------------------------------ merging
     def merge_remote_group(self, store, size: int, timeout: timedelta = timedelta(minutes=30),

@@ -221,6 +221,7 @@ def test_future_completes_after_the_data_has_landed(world):
 
 @pytest.mark.min_world_size(2)
 @pytest.mark.needs(work="member_away")
+@pytest.mark.needs(clause="test_work_not_completed_while_a_member_is_away")
 def test_work_not_completed_while_a_member_is_away(world):
     """is_completed() is False while a member has not joined the collective, True after wait()."""
     expected = summed(world.world_size)

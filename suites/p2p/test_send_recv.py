@@ -236,6 +236,7 @@ def test_isend_returns_before_the_receiver_posts_its_recv(world):
     expect_tensor(incoming, payload(0, "32MiB", salt=EARLY_SALT), "the 32 MiB message on rank 1")
 
 
+@pytest.mark.needs(clause="test_isend_irecv_ring")
 def test_isend_irecv_ring(world):
     """isend/irecv return Works; after wait() the data has arrived and is_completed() is True."""
     results = world.run(ring_async, ASYNC_SALT)

@@ -13,19 +13,15 @@ import dataclasses
 import torch.distributed as dist
 
 from backends.reference import DISTCONFORM_SPEC as REFERENCE_SPEC
+from backends.reference import creator
 from backends.reference.process_group import ReferenceProcessGroup
 
 
-def register_reference(name: str, cls: type) -> object:
-    """Register ``cls`` (a ReferenceProcessGroup subclass) as backend ``name``; return its spec."""
-
-    def create(dist_options, backend_options):
-        return cls(dist_options.store, dist_options.group_rank, dist_options.group_size, dist_options.timeout,
-                   global_ranks=list(dist_options.global_ranks_in_group) or None,
-                   enable_reconfigure=getattr(dist_options, "enable_reconfigure", False))
-
+def register_reference(name: str, cls: type, create=None) -> object:
+    """Register ``cls`` (a ReferenceProcessGroup subclass) as backend ``name``, made as the reference makes its
+    groups unless ``create`` (a c10d creator) plants a bug there; return its spec."""
     if name.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(name, create, extended_api=True, devices=["cpu"])
+        dist.Backend.register_backend(name, create or creator(cls), extended_api=True, devices=["cpu"])
     summary = (cls.__doc__ or "").strip().splitlines()
     return dataclasses.replace(
         REFERENCE_SPEC,

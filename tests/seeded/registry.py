@@ -600,6 +600,16 @@ BUGS: tuple[SeededBug, ...] = (
         options=('--world-size', '3',),
         shares_a_run=True,
     ),
+    # Seeded bug in the reference's creator (torch 2.14 on): a mixed string gets the whole group.
+    SeededBug(
+        name='reference_mixed_string_takes_over',
+        torch='>=2.14',
+        contract='in a mixed backend string each device is served by the backend the string names for it',
+        clauses=('suites/c10d/test_device_routing.py::test_each_device_gets_the_backend_the_string_names',),
+        suite='suites/c10d/test_device_routing.py',
+        keyword='test_each_device_gets_the_backend_the_string_names',
+        shares_a_run=True,
+    ),
     # Seeded bug in the native backend: a shrunk group still counts the ranks it excluded.
     SeededBug(
         name='native_shrink_waits_for_excluded',
