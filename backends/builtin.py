@@ -48,6 +48,15 @@ def _nccl_available() -> Availability:
     return Availability(True)
 
 
+def _nccl2_available() -> Availability:
+    import torch
+
+    if not hasattr(torch._C._distributed_c10d, "ProcessGroupNCCL2"):
+        return Availability(False, f"torch {torch.__version__} has no nccl2 (ProcessGroupNCCL2, NCCL on the "
+                                   "torchcomms engine, is in torch 2.14 on, where NCCL is built)")
+    return _nccl_available()
+
+
 def _mpi_available() -> Availability:
     import shutil
 
@@ -560,6 +569,18 @@ BUILTIN_SPECS: dict[str, BackendSpec] = {
         gaps=NCCL_GAPS,
         description="NCCL on CUDA devices, rank r on cuda:r",
         # a group made without device_id (--init lazy) makes its communicator at its first collective
+        lazy_connect_env={},
+    ),
+    # torch 2.14's second NCCL backend ("nccl2": ProcessGroupNCCL2, on the torchcomms engine), the one torch 2.14's
+    # fault-tolerance API (reconfigure, get_error) was written with (torch's test_c10d_fault_tolerance.py). Not
+    # measured yet (no GPU has run it with torch 2.14): it declares no gaps, so its first GPU run
+    # (python -m fixtures.gpu_check, step "fault-tolerance") holds it to torch's own expectations.
+    "nccl2": BackendSpec(
+        name="nccl2",
+        device_type="cuda",
+        check_available=_nccl2_available,
+        rank_env={"TORCH_NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"},
+        description="torch 2.14's nccl2 (ProcessGroupNCCL2) on CUDA devices, rank r on cuda:r",
         lazy_connect_env={},
     ),
     # torch's gloo with the ranks' tensors on CUDA: the device-placement paths of the harness and of every

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -39,8 +40,9 @@ def test_plan_lists_every_step_at_the_world_sizes_the_gpus_allow(capsys, gpus, n
             assert f"--report-dir reports/out/gpu-check/{step.name}" in out
 
 
-def test_plan_timeouts_fit_six_minutes():
-    assert sum(step.timeout_s for step in STEPS) <= 6 * 60
+def test_plan_timeouts_fit_the_lanes_budget():
+    """Six minutes, and 40 s more for nccl2's step, which only a torch 2.14 image runs (the device lends 15)."""
+    assert sum(step.timeout_s for step in STEPS) <= 6 * 60 + 40
 
 
 def test_no_gpu_says_so_and_exits_3(capsys):
@@ -167,6 +169,30 @@ def test_the_mixed_step_runs_on_cpu_what_its_cpu_device_serves(tmp_path, capsys)
     cases = json.loads((tmp_path / "mixed" / "conformance.json").read_text())["cases"]
     by_world = {(case["backend"], case["outcome"]) for case in cases}
     assert by_world == {("cpu:gloo,cuda:nccl@cpu", "passed"), ("cpu:gloo,cuda:nccl@cuda", "skipped")}
+
+
+def test_the_fault_tolerance_step_says_which_torch_lacks_nccl2(monkeypatch, capsys, tmp_path):
+    """On a torch without nccl2 (any before 2.14, this machine's 2.13) the step runs nothing and says why; the
+    lane still passes. With a torch that has it, the step runs its pytest on nccl2."""
+    ran = []
+    monkeypatch.setattr(gpu_check.subprocess, "run",
+                        lambda command, **kwargs: ran.append(command) or subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(gpu_check, "nccl2_missing", lambda: "torch 2.13.0 has no nccl2 (...): nothing ran")
+    step = next(s for s in STEPS if s.name == "fault-tolerance")
+    step = dataclasses.replace(step, missing=gpu_check.nccl2_missing)
+    verdict = run_step(step, 1, str(tmp_path), on_cpu=False)
+    assert (verdict.status, verdict.detail, ran) == ("not supported", "torch 2.13.0 has no nccl2 (...): nothing ran",
+                                                     [])
+    monkeypatch.setattr(gpu_check, "nccl2_missing", lambda: "")
+    run_step(dataclasses.replace(step, missing=gpu_check.nccl2_missing), 1, str(tmp_path), on_cpu=False)
+    assert ran and ran[0][ran[0].index("--backend") + 1] == "nccl2"
+
+
+def test_the_fault_tolerance_step_runs_on_cpu_on_any_torch(tmp_path, capsys):
+    """Its dry run takes gloo, which every torch has: a reconfigure clause (skipping before 2.14, saying which torch
+    adds it) and an all_reduce pass."""
+    assert main(["--dry-run-on-cpu", "--only", "fault-tolerance", "--report-dir", str(tmp_path)]) == EXIT_PASSED
+    assert "fault-tolerance: PASSED: " in capsys.readouterr().out
 
 
 def test_world_size_one_skips_per_case_what_needs_a_peer(tmp_path):
