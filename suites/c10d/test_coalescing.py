@@ -2,7 +2,8 @@
 
 Several collectives issued as one (``_coalescing_manager`` around all_reduce,
 all_gather_into_tensor or reduce_scatter_tensor calls, synchronously or with
-``async_ops=True``; ``all_reduce_coalesced`` and ``all_gather_coalesced``)
+``async_ops=True``; ``all_reduce_coalesced`` and ``all_gather_coalesced``; isend/irecv between the group's
+start and end coalescing, as torch's batch_isend_irecv issues them for a backend advertising it)
 leave every tensor exactly as if each collective had run on its own: the
 right reduction in the right tensor, nothing swapped, dropped or reduced
 twice. Tensors of one call have different sizes, so an implementation that
@@ -13,6 +14,8 @@ PyTorch's own suite calls this capability ``supports_coalescing``.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -21,10 +24,12 @@ from backends.reference import semantics
 from fixtures.rank import ctx
 from suites import collectives, values
 from suites.checks import expect_tensor
+from suites.p2p.common import decoy, payload, sent
 
 pytestmark = pytest.mark.needs(feature="coalescing")
 
 SHAPES = ((5,), (2, 3), (1,), (4,))  # different sizes: the seams between tensors matter
+P2P_SALT = 700  # the coalesced ring's messages (suites/p2p/common.py payloads)
 
 
 def inputs_of(rank: int, op: str, dtype: str) -> list[torch.Tensor]:
@@ -99,6 +104,33 @@ def manager_table_calls(collective: str, async_ops: bool, with_device: bool = Fa
     return [[t.cpu() for t in collectives.result_chunks(entry, a, [i + 2] * n)] for i, a in enumerate(calls)]
 
 
+def manager_p2p(messages: int = 2) -> list:
+    """The last rank sends rank 0 ``messages`` tensors, each side inside _coalescing_manager(device=...,
+    async_ops=True) (the group's start/end coalescing bracket them, as batch_isend_irecv does for a backend that
+    advertises supports_coalescing). The sender starts only once rank 0 has left its manager, so rank 0's
+    cm.wait() is all that can make the messages land before it looks: rank 0's buffers after it."""
+    last, posted = ctx.world_size - 1, f"coalesced-p2p/{ctx.case_id}/posted"
+    device = torch.device(ctx.device)
+    if ctx.rank == last:
+        ctx.store.wait([posted], timedelta(seconds=30))
+        with dist._coalescing_manager(device=device, async_ops=True) as cm:
+            for i in range(messages):
+                dist.isend(sent(salt=P2P_SALT + i), 0)
+        cm.wait()
+        return []
+    if ctx.rank != 0:
+        return []
+    incoming = [decoy(payload(last, salt=P2P_SALT + i)) for i in range(messages)]
+    try:
+        with dist._coalescing_manager(device=device, async_ops=True) as cm:
+            for buffer in incoming:
+                dist.irecv(buffer, last)
+    finally:  # a backend without coalescing raised above: the sender is not kept waiting for nothing
+        ctx.store.set(posted, "1")
+    cm.wait()
+    return [t.cpu() for t in incoming]
+
+
 def all_reduce_coalesced(op: str, dtype: str, async_op: bool):
     tensors = [t.to(ctx.device) for t in inputs_of(ctx.rank, op, dtype)]
     future = dist.all_reduce_coalesced(tensors, op=values.reduce_op(op), async_op=async_op)
@@ -151,6 +183,15 @@ def test_coalescing_manager_with_device(world, collective, async_ops):
             for j, (g, want) in enumerate(zip(got, expected[i][rank])):
                 if want is not None:
                     expect_tensor(g, want, f"coalesced {collective} {i} with device on rank {rank} (chunk {j})")
+
+
+@pytest.mark.needs(collective="send_recv", form="device")
+@pytest.mark.min_world_size(2)
+def test_coalescing_manager_with_device_p2p(world):
+    """isend/irecv inside _coalescing_manager(device=...) are part of its Work: once it is done every buffer holds its message."""
+    last = world.world_size - 1
+    for i, got in enumerate(world.run(manager_p2p)[0]):
+        expect_tensor(got, payload(last, salt=P2P_SALT + i), f"coalesced irecv {i} from rank {last} on rank 0")
 
 
 @pytest.mark.needs(collective="all_gather")
