@@ -340,15 +340,20 @@ def py_backend(r: Rank, found: dict) -> None:
 
 
 def mixed_string(r: Rank, found: dict) -> None:
-    """Rank 0 alone: which backend serves each device of a mixed string, for a Python ProcessGroup (the reference)
-    and for a Python Backend subclass."""
+    """Rank 0 alone: which backend serves each device of a mixed string, for a Python ProcessGroup ("whole"),
+    for a Python Backend subclass ("mine"), and for the reference (a Backend there from torch 2.14 on)."""
     import torch
     import torch.distributed as dist
     from torch._C._distributed_c10d import Backend
 
     if r.rank != 0:
         return
-    import backends.reference  # noqa: F401  (registers "reference", a Python ProcessGroup)
+    import backends.reference  # noqa: F401  (registers "reference")
+
+    def finished(tensors):
+        fut = torch.futures.Future()
+        fut.set_result(tensors)
+        return torch._C._distributed_c10d._create_work_from_future(fut)
 
     class Mine(Backend):
         def getBackendName(self):
@@ -357,13 +362,22 @@ def mixed_string(r: Rank, found: dict) -> None:
         def allreduce(self, tensors, opts=None):
             for t in tensors:
                 t.mul_(10)
-            fut = torch.futures.Future()
-            fut.set_result(tensors)
-            return torch._C._distributed_c10d._create_work_from_future(fut)
+            return finished(tensors)
+
+    class Whole(dist.ProcessGroup):
+        def getBackendName(self):
+            return "whole"
+
+        def allreduce(self, tensors, opts=None):
+            for t in tensors:
+                t.mul_(100)
+            return finished(tensors)
 
     dist.Backend.register_backend("mine", lambda opts, _: Mine(opts.group_rank, opts.group_size), extended_api=True,
                                   devices=["cpu"])
-    for text in ("cpu:reference,cuda:gloo", "cpu:mine,cuda:gloo"):
+    dist.Backend.register_backend("whole", lambda opts, _: Whole(opts.group_rank, opts.group_size),
+                                  extended_api=True, devices=["cpu"])
+    for text in ("cpu:whole,cuda:gloo", "cpu:mine,cuda:gloo", "cpu:reference,cuda:gloo"):
         seen: dict = {}
         store = dist.HashStore()
         dist.init_process_group(text, store=store, rank=0, world_size=1, timeout=GROUP_TIMEOUT)
