@@ -151,6 +151,28 @@ DEFAULT_BACKEND_ANSWERS = Gap(
     "torch 2.14.1", torch=">=2.14")
 
 
+def type_slot(backend: str) -> str:
+    """The c10d backend type torch files a string's backend under: its own for the built-in ones, CUSTOM for
+    every registered plugin (``Backend.backend_type_map``)."""
+    import torch.distributed as dist
+
+    known = dist.Backend.backend_type_map.get(backend.lower())
+    return known.name if known is not None else "CUSTOM"
+
+
+def _served_instead(serving_part: DevicePart, runnable: list[DevicePart], specs: dict) -> DevicePart | None:
+    """The part named earlier in the string whose backend torch registers for ``serving_part``'s device too:
+    a group keeps one backend per backend type, the first registered (ProcessGroup::_register_backend), so a
+    second plugin (CUSTOM, like the first) never serves its device."""
+    mine = specs[serving_part].init_backend
+    for part in runnable:
+        if part == serving_part:
+            return None
+        if specs[part].init_backend != mine and type_slot(specs[part].init_backend) == type_slot(mine):
+            return part
+    return None
+
+
 def default_device(parts: tuple[DevicePart, ...]) -> str:
     """The device whose backend torch 2.14 makes a group's default (no device_id): the accelerator's if the
     string names it, else the first non-CPU device named, else the first named."""
@@ -171,7 +193,10 @@ def _shared_with(serving: BackendSpec, device: str, runnable: list[DevicePart], 
     if "nccl" in named:  # measured on a GPU (torch 2.11)
         return (BARRIER_ON_CPU,) if serving.init_backend.lower() == "nccl" else (SEQUENCE_IS_NCCLS,)
     shared = (SEVERAL_BACKENDS_NO_RECONFIGURE,) + tuple(serving.gaps_beside_other_backends)
-    return shared + (() if device == default_device(tuple(runnable)) else (DEFAULT_BACKEND_ANSWERS,))
+    default = next(p for p in runnable if p.device == default_device(tuple(runnable)))
+    # the group's own calls go to the backend of the default device's type: this world's own where it shares it
+    answers_for_us = type_slot(specs[default].init_backend) == type_slot(serving.init_backend)
+    return shared + (() if answers_for_us else (DEFAULT_BACKEND_ANSWERS,))
 
 
 def _sets_default_backend(backends: list[str]) -> bool:
@@ -205,13 +230,22 @@ def device_spec(name: str, lookup: Callable[[str], BackendSpec]) -> BackendSpec:
     named = [specs[p].init_backend.lower() for p in runnable]
     gaps = QUALIFIED_GAPS + (() if _sets_default_backend(named) else (UNDEFINED_DEFAULT_BACKEND,))
     gaps += _shared_with(serving, device, runnable, specs)
+    instead = _served_instead(serving_part, runnable, specs)
     return replace(serving, name=name, device_type=device, torch_backend=init, rank_env=rank_env,
                    gaps=gaps + tuple(serving.gaps), description=description,
-                   check_available=_availability_of(serving_part, serving))
+                   check_available=_availability_of(serving_part, serving, instead, given))
 
 
-def _availability_of(part: DevicePart, serving: BackendSpec) -> Callable[[], Availability]:
+def _availability_of(part: DevicePart, serving: BackendSpec, instead: DevicePart | None = None,
+                     given: str = "") -> Callable[[], Availability]:
     def check() -> Availability:
+        if instead is not None:
+            return Availability(False, (
+                f"{part}: torch never lets {part.backend} serve {part.device} in {given!r}: a group keeps one backend "
+                f"per backend type, the first registered, and {part.backend} and {instead.backend} are both CUSTOM "
+                f"(plugins), so {instead.backend} serves {part.device} too (measured: 'cpu:native,dcdev:native-dcdev' "
+                "serves dcdev by native on torch 2.13, 'cpu:mine,cuda:theirs' cuda by mine on 2.14.1; a string routes "
+                "per device where at most one of its backends is a plugin)"))
         availability = serving.availability()
         if availability.available:
             return availability

@@ -3,10 +3,13 @@ DETAIL world's backend was really wrapped by torch's collective-checking wrapper
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from backends.builtin import BUILTIN_SPECS, GLOO_GAPS
-from backends.mixed import (BadBackendString, QUALIFIED_GAPS, UNDEFINED_DEFAULT_BACKEND, given_string, parse,
+from backends.mixed import (DEFAULT_BACKEND_ANSWERS, SEVERAL_BACKENDS_NO_RECONFIGURE, BadBackendString,
+                            QUALIFIED_GAPS, UNDEFINED_DEFAULT_BACKEND, device_spec, given_string, parse,
                             split_backend_option, target_names)
 from backends.registry import BackendRegistry, UnknownBackend
 from fixtures.errors import WorldStartError
@@ -74,6 +77,25 @@ def test_each_device_gets_the_spec_of_the_backend_serving_it():
     assert single.gap_for(feature="work_sequence_number") is None  # the reference is the first plugin registered
     assert cpu.gap_for(feature="work_sequence_number") is (None if NCCL_HERE else UNDEFINED_DEFAULT_BACKEND)
     assert "cpu:reference" not in registry.known  # strings are built from the known backends, not among them
+
+
+def test_two_runnable_backends_in_a_string_get_what_torch_does_to_each_world():
+    """cpu:reference,cuda:gloo: both worlds cannot reconfigure; the cpu one is answered by the default device's
+    backend (gloo) and gets the reference's gaps beside other backends. A second plugin in a string (CUSTOM, like
+    the first) never serves its device: that world is unavailable, saying which plugin serves it instead."""
+    reference = BackendRegistry().get("reference")
+    plugin = dataclasses.replace(reference, name="plug", device_type="dcdev", gaps=(), gaps_beside_other_backends=())
+    lookup = {"reference": reference, "gloo": BUILTIN_SPECS["gloo"], "plug": plugin}.__getitem__
+    cpu = device_spec("cpu:reference,cuda:gloo@cpu", lookup)
+    assert SEVERAL_BACKENDS_NO_RECONFIGURE in cpu.gaps and DEFAULT_BACKEND_ANSWERS in cpu.gaps
+    assert all(g in cpu.gaps for g in reference.gaps_beside_other_backends)
+    assert DEFAULT_BACKEND_ANSWERS not in device_spec("cpu:reference,cuda:gloo@cuda", lookup).gaps
+    two_plugins = "cpu:reference,dcdev:plug"
+    second = device_spec(f"{two_plugins}@dcdev", lookup).availability()
+    assert not second.available and "reference serves dcdev too" in second.reason and "CUSTOM" in second.reason
+    first = device_spec(f"{two_plugins}@cpu", lookup)
+    assert first.availability().available and DEFAULT_BACKEND_ANSWERS not in first.gaps  # its own type's slot
+    assert SEVERAL_BACKENDS_NO_RECONFIGURE not in device_spec("cpu:gloo,cuda:gloo@cpu", lookup).gaps
 
 
 def test_a_mixed_string_runs_while_one_of_its_devices_can():
