@@ -27,9 +27,10 @@ ALLOWED: dict[str, tuple[int, str]] = {
                                "every other type"),
     "fixtures/launch/rank.py": (1, "a launched rank reports the device counts of the in-tree accelerators "
                                    "(cuda, xpu) to the controller; a plugin device is counted by its own module"),
-    "suites/c10d/fault_tolerance_measure.py": (4, "torch 2.14's measurement of a mixed string 'cpu:X,cuda:gloo' and "
-                                                  "of a group with a cuda backend beside the cpu one, as torch's "
-                                                  "own test builds them; no CUDA tensor is made"),
+    "suites/c10d/fault_tolerance_measure.py": (5, "torch 2.14's measurement of mixed strings 'cpu:X,cuda:gloo' (a "
+                                                  "Python ProcessGroup, a Backend subclass, the reference) and of a "
+                                                  "group with a cuda backend beside the cpu one, as torch's own test "
+                                                  "builds them; no CUDA tensor is made"),
     "suites/c10d/test_device_routing.py": (4, "the mixed string's second device: torch registers 'cuda:gloo' "
                                               "without a GPU and the clause asks who serves cuda; only CPU "
                                               "tensors move"),
