@@ -148,8 +148,13 @@ class PytestRun:
 def _watch(run: PytestRun, proc: subprocess.Popen, stop: threading.Event) -> None:
     while not stop.is_set():
         for pid in session_processes():
-            if pid not in run.seen and pid != proc.pid and descends_from(pid, proc.pid):
-                run.seen[pid] = session_of(pid)
+            if pid in run.seen or pid == proc.pid:
+                continue
+            # read once and kept only if read: a process that ended since it was listed reads '' (its /proc entry
+            # gone), which CI once recorded as a third session ({'', 'distconform-4189-...', 'distconform-4192-...'})
+            tag = session_of(pid)
+            if tag and descends_from(pid, proc.pid):
+                run.seen[pid] = tag
         stop.wait(0.1)
 
 
