@@ -185,9 +185,10 @@ def default_device(parts: tuple[DevicePart, ...]) -> str:
     return next((d for d in devices if d != "cpu"), devices[0])
 
 
-def _shared_with(serving: BackendSpec, device: str, runnable: list[DevicePart], specs: dict) -> tuple[Gap, ...]:
-    """The gaps of one device's world of a string that also names another device's backend."""
-    named = [specs[p].init_backend.lower() for p in runnable]
+def _shared_with(serving: BackendSpec, named: list[str], runnable: list[DevicePart],
+                 specs: dict) -> tuple[Gap, ...]:
+    """The gaps of one device's world of a string that also names another device's backend (``named``: the
+    runnable parts' backends, lower case, in their order)."""
     if len(set(named)) < 2:
         return ()
     if "nccl" in named:  # measured on a GPU (torch 2.11)
@@ -229,7 +230,7 @@ def device_spec(name: str, lookup: Callable[[str], BackendSpec]) -> BackendSpec:
         description += f", without {', '.join(dropped)}"
     named = [specs[p].init_backend.lower() for p in runnable]
     gaps = QUALIFIED_GAPS + (() if _sets_default_backend(named) else (UNDEFINED_DEFAULT_BACKEND,))
-    gaps += _shared_with(serving, device, runnable, specs)
+    gaps += _shared_with(serving, named, runnable, specs)
     instead = _served_instead(serving_part, runnable, specs)
     return replace(serving, name=name, device_type=device, torch_backend=init, rank_env=rank_env,
                    gaps=gaps + tuple(serving.gaps), description=description,

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import sys
 
-import torch.distributed as dist
-
 # torch 2.14 lets Python subclass c10d's Backend (a constructor that 2.13's binding lacks)
 try:
     from torch._C._distributed_c10d import Backend as _CBackend
@@ -128,7 +126,7 @@ class ReferenceBackend(_CBackend):
         """Backend.merge, as c10d's ProcessGroup.merge_remote_group calls it: this rank's backend of the merged
         group (``rank`` of ``size``, as c10d counted them on ``store``), with ``opts``' timeout."""
         timeout = getattr(opts, "_timeout", None) or self.group.timeout
-        return ReferenceBackend(type(self.group)(dist.PrefixStore("reference/merge", store), rank, size, timeout))
+        return ReferenceBackend(self.group.merged(store, rank, size, timeout))
 
     def reconfigure(self, opts):
         """The group's reconfigure, where it keeps this rank's number and the group's size: torch reads those from

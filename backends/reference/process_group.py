@@ -951,11 +951,15 @@ class ReferenceProcessGroup(dist.ProcessGroup):
         store with the given timeout, named and described as given (else this group's with ":merge"). c10d's merge
         of a Python group asks the group's per-device Backends, of which the reference registers none, and returns
         None; the merged group is unknown to c10d's Python registry, like any merged group (shutdown() ends it)."""
-        rank = store.add("mergeGroupRank", 1) - 1
-        merged = type(self)(dist.PrefixStore("reference/merge", store), rank, size, timeout)
+        merged = self.merged(store, store.add("mergeGroupRank", 1) - 1, size, timeout)
         merged._set_group_name(group_name if group_name is not None else f"{self.getGroupName()}:merge")
         merged._set_group_desc(group_desc if group_desc is not None else f"{self.getGroupDesc()}:merge")
         return merged
+
+    def merged(self, store, rank: int, size: int, timeout: timedelta) -> ReferenceProcessGroup:
+        """Rank ``rank`` of a merged group of ``size`` over ``store``, as c10d counted the merging ranks on it: what
+        merge_remote_group (this form) and the Backend form's merge (backend_form.py) make."""
+        return type(self)(dist.PrefixStore("reference/merge", store), rank, size, timeout)
 
     # ----------------------------------------------------------- life cycle
     def _check_count(self, tensors, what: str) -> None:

@@ -48,13 +48,13 @@ def routed_per_device() -> dict:
         reinit_process_group(f"routing-{ctx.case_id}-restored")
 
 
-def _served_by(device: torch.device) -> str:
-    """The default group's backend for ``device``: its name (Backend.name()) and Python type, or the error."""
+def _served_by(device: torch.device) -> tuple[str, str]:
+    """The default group's backend for ``device``: (its name, Backend.name(); its Python type), or (the error, "")."""
     try:
         backend = dist.group.WORLD._get_backend(device)
-        return f"{backend.name()} ({type(backend).__name__})"
+        return backend.name(), type(backend).__name__
     except Exception as exc:
-        return error(exc)
+        return error(exc), ""
 
 
 # ------------------------------------------------------------------ clauses
@@ -64,9 +64,9 @@ def test_each_device_gets_the_backend_the_string_names(world, backend_spec):
         pytest.skip(f"{backend_spec.name} is not a CPU backend named alone: the clause builds 'cpu:<it>,cuda:gloo'")
     n = world.world_size
     for rank, found in enumerate(world.run(routed_per_device)):
-        assert found["cuda"] == "gloo (ProcessGroupGloo)", \
+        assert found["cuda"] == ("gloo", "ProcessGroupGloo"), \
             f"rank {rank}: cuda is served by {found['cuda']} (group {found['group']}), not the string's gloo"
-        assert found["cpu"].split(" ")[0] == found["alone"].split(" ")[0], \
+        assert found["cpu"][0] == found["alone"][0], \
             f"rank {rank}: cpu is served by {found['cpu']}, not by the backend the string names for it " \
             f"({found['alone']} when named alone)"
         assert found["sum"] == n * (n + 1) / 2, f"rank {rank}: CPU all_reduce gave {found['sum']}"

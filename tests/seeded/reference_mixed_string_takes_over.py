@@ -7,13 +7,16 @@ names the string. Caught by suites/c10d/test_device_routing.py::test_each_device
 On torch 2.13 that is all torch offers a Python backend (the reference's gap): the gallery skips it there.
 """
 
+from backends.reference import creator
+from backends.reference.backend_form import ReferenceBackend
 from tests.seeded.reference_base import ReferenceProcessGroup, register_reference
+
+_made_as_the_reference = creator(ReferenceProcessGroup)
 
 
 def create(dist_options, backend_options):
-    return ReferenceProcessGroup(dist_options.store, dist_options.group_rank, dist_options.group_size,
-                                 dist_options.timeout, global_ranks=list(dist_options.global_ranks_in_group) or None)
-    # BUG: never the c10d Backend form (backends/reference/backend_form.py), whatever else the string names
+    made = _made_as_the_reference(dist_options, backend_options)
+    return made.group if isinstance(made, ReferenceBackend) else made  # BUG: never the c10d Backend form
 
 
 DISTCONFORM_SPEC = register_reference("reference_mixed_string_takes_over", ReferenceProcessGroup, create)
