@@ -204,7 +204,8 @@ def test_a_recv_whose_sender_never_sends_raises_naming_source_and_tag(ref_world)
     assert "rank 0" in str(exc) and "tag 7" in str(exc), f"the recv's timeout error names neither source nor tag: {exc}"
     # the timed-out receive was withdrawn: a message sent now goes to the next receive, not into the void.
     # Waited on with a timeout of their own: the group's 0.3 s is the subject above, not a bound on how soon a
-    # loaded machine's reader thread delivers (CI saw this second recv time out at 0.3 s). A receive left posted (cancel not removing it) fails here after 10 s
+    # loaded machine's reader thread delivers (CI saw this second recv time out at 0.3 s). A receive left posted
+    # (cancel not removing it) still fails here, after 10 s
     pgs[0].send([torch.full((2,), 4.0)], 1, 7).wait(timedelta(seconds=10))
     pgs[1].recv([got], 0, 7).wait(timedelta(seconds=10))
     assert got.tolist() == [4.0, 4.0], "the message went to the receive that had timed out"
