@@ -83,9 +83,10 @@ def attempt(case):
     start = time.perf_counter()
     try:
         outcome = ("returned", CASES[case][0](group))
+        seconds = time.perf_counter() - start
     except Exception as exc:
+        seconds = time.perf_counter() - start  # before the error is read: rendering a C++ backtrace takes time
         outcome = ("raised", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
-    seconds = time.perf_counter() - start
     # keep the group open until everybody is done with it, then drop it
     ctx.store.set(f"done/{ctx.rank}", "1")
     ctx.store.wait([f"done/{r}" for r in range(ctx.world_size)], timedelta(seconds=60))

@@ -166,10 +166,11 @@ def _reduced_alone_on_rank0(reduce, done_key: str, measure: bool = True) -> dict
             started = time.monotonic()
             try:
                 reduce()
+                found["seconds"] = time.monotonic() - started
                 found["alone"] = "returned"
             except Exception as exc:
+                found["seconds"] = time.monotonic() - started  # before the error is read: a C++ backtrace takes time
                 found["alone"] = error(exc)
-            found["seconds"] = time.monotonic() - started
         ctx.store.set(done_key, "1")
     else:
         ctx.store.wait([done_key], timedelta(seconds=60))

@@ -54,9 +54,11 @@ class Recorder:
         try:
             call()
             record["ok"] = True
+            record["seconds"] = round(time.perf_counter() - start, 3)
         except Exception as exc:  # the measurement is the error itself
+            # timed before str(exc): rendering a C++ error's backtrace takes time
+            record["seconds"] = round(time.perf_counter() - start, 3)
             record.update(ok=False, error_type=type(exc).__name__, error=str(exc)[:600])
-        record["seconds"] = round(time.perf_counter() - start, 3)
         with open(self.path, "a") as out:
             out.write(json.dumps(record) + "\n")
         return bool(record["ok"])

@@ -46,10 +46,11 @@ def _rank(backend_name: str, rank: int, directory: str) -> None:
         value = None
         try:
             value = call()
+            row["seconds"] = round(time.perf_counter() - started, 2)
             row["result"] = value if isinstance(value, (int, float, str, list)) else None
         except Exception as exc:
+            row["seconds"] = round(time.perf_counter() - started, 2)  # before str(exc): a C++ backtrace takes time
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-        row["seconds"] = round(time.perf_counter() - started, 2)
         out.write(json.dumps(row) + "\n")
         out.flush()
         return value

@@ -40,10 +40,11 @@ def mismatched_all_reduce():
     start = time.perf_counter()
     try:
         dist.all_reduce(tensor, group=group)
+        seconds = time.perf_counter() - start
         outcome = ("returned", f"shape {tuple(tensor.shape)} sum {tensor.sum().item()}")
     except Exception as exc:
+        seconds = time.perf_counter() - start  # before the error is read: rendering a C++ backtrace takes time
         outcome = ("raised", f"{type(exc).__name__}: {exc}")
-    seconds = time.perf_counter() - start
     ctx.store.set(f"done/{ctx.rank}", "1")
     ctx.store.wait([f"done/{r}" for r in range(ctx.world_size)], timedelta(seconds=60))
     dist.destroy_process_group(group)

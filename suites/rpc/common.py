@@ -44,7 +44,8 @@ def outcome_of(call, *args, **kwargs) -> Outcome:
     try:
         value = call(*args, **kwargs)
     except Exception as exc:
-        return Outcome(error_type=type(exc).__name__, error=str(exc), seconds=time.perf_counter() - start)
+        seconds = time.perf_counter() - start  # before str(exc): rendering a C++ error's backtrace takes time
+        return Outcome(error_type=type(exc).__name__, error=str(exc), seconds=seconds)
     return Outcome(value=value, seconds=time.perf_counter() - start)
 
 

@@ -949,6 +949,14 @@ BUGS: tuple[SeededBug, ...] = (
         suite='suites/c10d/test_all_reduce.py',
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend's p2p: a peer rank outside the group is looked for, not rejected.
+    SeededBug(
+        name='reference_bad_peer_waits',
+        contract="send/recv to a rank that does not exist raises promptly on the caller, well before the group's timeout",
+        clauses=('suites/p2p/test_p2p_errors.py::test_bad_peer_raises_promptly',),
+        suite='suites/p2p/test_p2p_errors.py',
+        shares_a_run=True,
+    ),
     # Seeded bug: RemoteModule installs ``forward`` / ``forward_async`` from functions named otherwise.
     SeededBug(
         name='remote_module_forward_unpicklable',
