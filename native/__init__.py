@@ -188,6 +188,7 @@ def register(name: str = NAME, planted_bug: str = "none", gaps: tuple[Gap, ...] 
         gaps=gaps,
         resource_budget=RESOURCE_BUDGET,
         after_timeout=AFTER_TIMEOUT,
+        own_flight_recorder=flight_recorder.NAME,
         description=description or "C++ c10d Backend over shared memory (native/), built with "
                                    "torch.utils.cpp_extension",
     )

@@ -34,7 +34,8 @@ def pytest_distconform_workers(config: pytest.Config) -> int | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "starts_first(order=0): one of the run's longest tests (the gallery's control, "
-                                       "about two minutes under CI's load, then the gallery's runs): started before "
+                                       "about two minutes under CI's load, then tox -e privateuse1's commands and the "
+                                       "gallery's runs): started before "
                                        "the others, lowest order first, so no worker is left alone with one at the "
                                        "end of a run over this folder")
 

@@ -26,6 +26,7 @@ from backends.spec import (FLIGHT_RECORDER_PARTS, LOCAL_SYNC_DESYNCS_GROUP_NAMES
                            ResourceBudget)
 
 from . import backend_form
+from . import flight_recorder as reference_recorder
 from .process_group import LAZY_INIT_ENV, ReferenceProcessGroup
 
 NAME = "reference"
@@ -60,6 +61,7 @@ if NAME.upper() not in dist.Backend._plugins:  # importing twice must not fail
 DISTCONFORM_SPEC = BackendSpec(
     name=NAME,
     device_type="cpu",
+    own_flight_recorder=reference_recorder.PREFIX,
     check_available=lambda: Availability(True),
     gaps=(
         # measured on torch 2.13 (suites/c10d/test_capabilities.py); listed first so these reasons are the ones shown

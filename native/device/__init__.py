@@ -78,6 +78,7 @@ def register(name: str = NAME, planted_bug: str = "none", gaps: tuple[Gap, ...] 
         inherits="native",
         resource_budget=native.RESOURCE_BUDGET,
         after_timeout=native.AFTER_TIMEOUT,
+        own_flight_recorder=native.flight_recorder.NAME,  # the staged groups are native's: native's recorder
         description=description or f"native's shared-memory algorithm for {DEVICE} tensors (PrivateUse1 test "
                                    "device, native/device/), staged through the device's copy",
     )

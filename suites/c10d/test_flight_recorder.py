@@ -25,7 +25,7 @@ Every clause reads one recorder (``recorder``): torch's own, which is what
 torch's tooling and users' tools read, or the backend's own, which a backend
 that cannot record into torch's (one written in Python, the reference, or built out of tree, native)
 registers through backends/flight_recorders.py and the harness's hang reports
-merge with torch's. A backend that registers none skips its ``backend`` cases;
+merge with torch's. A backend whose spec names none (``own_flight_recorder``) skips its ``backend`` cases;
 one that records only into its own keeps a gap for its ``torch`` cases.
 """
 
@@ -219,11 +219,17 @@ def hang_dumped(directory: str, absent: int, recorder: str) -> tuple[str, str | 
 # ------------------------------------------------------------------ pytest side
 @pytest.fixture
 def recorder(request, world) -> str:
-    """The recorder a case reads; a ``backend`` case skips when the backend registers no recorder of its own: its
-    entries are in torch's (its ``torch`` cases read them) or nowhere (its ``torch`` cases' gap says so)."""
-    if request.param == BACKEND and not any(world.run(backend_recorders)):
-        pytest.skip(f"{world.spec.name} registers no flight recorder of its own (backends/flight_recorders.py); "
-                    f"the recorder=torch cases read what it records")
+    """The recorder a case reads; a ``backend`` case skips when the backend's spec names no recorder of its own
+    (``own_flight_recorder``): its entries are in torch's (its ``torch`` cases read them) or nowhere (its ``torch``
+    cases' gap says so). One the spec names must be registered on every rank."""
+    if request.param == BACKEND:
+        own = world.spec.own_flight_recorder
+        if not own:
+            pytest.skip(f"{world.spec.name} keeps no flight recorder of its own (its spec names none: "
+                        f"own_flight_recorder); the recorder=torch cases read what it records")
+        missing = [rank for rank, names in enumerate(world.run(backend_recorders)) if own not in names]
+        assert not missing, (f"{world.spec.name}'s spec names its own flight recorder {own!r}, which ranks {missing} "
+                             f"never registered (backends/flight_recorders.py)")
     return request.param
 
 
