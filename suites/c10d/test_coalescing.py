@@ -90,9 +90,14 @@ def manager_table_calls(collective: str, async_ops: bool, with_device: bool = Fa
     """Three calls of a table collective (SUM, root the last rank) inside _coalescing_manager: per call, this
     rank's result chunks."""
     entry, n = collectives.get(collective), ctx.world_size
+
+    def output_of(i: int):
+        """The output maker of call ``i``: a tensor of its size on the rank's device, filled with -1."""
+        return lambda j: torch.full((i + 2,), -1.0, device=ctx.device)
+
     calls = [collectives.args_for(entry, [t.to(ctx.device) for t in table_chunks(entry, ctx.rank, i, n)],
-                                  lambda j, i=i: torch.full((i + 2,), -1.0, device=ctx.device), group_size=n,
-                                  is_root=ctx.rank == n - 1, op=values.reduce_op("sum"), root=n - 1)
+                                  output_of(i), group_size=n, is_root=ctx.rank == n - 1,
+                                  op=values.reduce_op("sum"), root=n - 1)
              for i in range(3)]
     # with a device, c10d also brackets the calls with the group's _start_coalescing/_end_coalescing
     device = torch.device(ctx.device) if with_device else None
