@@ -106,7 +106,7 @@ def dead_peer_rank(store_path: str, rank: int, world_size: int, scenario: str, v
             else:
                 dist.recv(small, victim_rank)
         except Exception as exc:  # noqa: BLE001  (the failure is what this rank reports)
-            error, elapsed = str(exc), time.monotonic() - started
+            elapsed, error = time.monotonic() - started, str(exc)  # timed before the C++ backtrace is rendered
     dist.destroy_process_group()
     with open(out_path, "w") as fh:
         json.dump({"error": error, "elapsed": elapsed, "after": _snapshot()}, fh)
