@@ -572,9 +572,9 @@ class BackendSpec:
     torch_backend: str = ""
     # the flight recorder its groups record into besides torch's, by the name it registers under
     # (backends/flight_recorders.py; '' : none): the recorder=backend cases of suites/c10d/test_flight_recorder.py
-    # read it, and fail where a rank registered none by that name. Said by the spec, not found in the rank: a rank
-    # process serving one device of a mixed string also holds the other backend's recorder (cpu:gloo,dcdev:native-
-    # dcdev: native's, which the gloo-served cpu world never writes to)
+    # read it (a recorder never registered holds nothing they can read: they fail). Said by the spec, not found in
+    # the rank: a rank process serving one device of a mixed string also holds the other backend's recorder
+    # (cpu:gloo,dcdev:native-dcdev: native's, which the gloo-served cpu world never writes to)
     own_flight_recorder: str = ""
     # ranks may share a device (rank r on <type>:r mod count): only for backends that cannot deadlock
     # on a shared device (gloo stages CUDA tensors through host memory; NCCL must never share, see devices.py)

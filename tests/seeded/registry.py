@@ -949,6 +949,15 @@ BUGS: tuple[SeededBug, ...] = (
         suite='suites/c10d/test_all_reduce.py',
         shares_a_run=True,
     ),
+    # Seeded bug in the reference backend's own flight recorder: it records, but never registers where tools read it.
+    SeededBug(
+        name='reference_fr_never_registered',
+        contract="a backend's own flight recorder, as its spec names it, is registered where the harness and tools read it",
+        clauses=('suites/c10d/test_flight_recorder.py::test_collectives_recorded',),
+        suite='suites/c10d/test_flight_recorder.py',
+        keyword='test_collectives_recorded',
+        shares_a_run=True,
+    ),
     # Seeded bug in the reference backend's p2p: a peer rank outside the group is looked for, not rejected.
     SeededBug(
         name='reference_bad_peer_waits',
