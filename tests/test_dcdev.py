@@ -114,9 +114,13 @@ def test_the_matrix_runs_on_the_device(built, tmp_path, args):
            if c["outcome"] not in ("passed", "xfailed", "skipped")]
     assert run.returncode == 0 and not bad, "\n".join(bad) + "\n" + run.stdout[-3000:] + run.stderr[-2000:]
     assert all(c["reason"] for c in cases if c["outcome"] in ("skipped", "xfailed")), "a skip or gap without a reason"
+    from backends.mixed import is_qualified, parse
+
     backend = args[args.index("--backend") + 1]
+    # a qualified string runs one world per device it names (backends/mixed.py), a backend name one world
+    worlds = {f"{backend}@{part.device}" for part in parse(backend)} if is_qualified(backend) else {backend}
     served = {c["backend"] for c in cases}
-    assert served <= {backend} | {f"{backend}@{device}" for device in ("cpu", "dcdev")} and served, served
+    assert served == worlds, f"worlds run {sorted(served)}, expected {sorted(worlds)}"
     for area in (arg.split("/")[1] for arg in args if arg.startswith("suites/")):
         for size in map(int, _named(args, "--world-size", "2")):
             passed = [c for c in cases if c["area"] == area and c["world_size"] == size and c["outcome"] == "passed"]

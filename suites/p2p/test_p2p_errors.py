@@ -74,9 +74,12 @@ def bad_peer(case):
     group = dist.new_group(timeout=timedelta(seconds=GROUP_TIMEOUT_S))
     outcome = None
     if ctx.rank == BAD_PEER_RANK:
-        tensor = sent()  # made before the clock starts, and the clock stops before the error is read: only the call
-        start = time.perf_counter()  # is timed (str() of a c10d error renders its C++ backtrace: 20-50 ms in a long
-        try:  # native-dcdev run, and once 0.37 s, which read as the 0.3 s timeout)
+        # Only the call is timed: the payload is made before the clock starts, and the clock stops before the error
+        # is read (str() of a c10d error renders its C++ backtrace: 20-50 ms late in a long native-dcdev run, and
+        # once 0.37 s, which read as the 0.3 s timeout)
+        tensor = sent()
+        start = time.perf_counter()
+        try:
             _bad_peer_call(case, group, tensor)
             outcome = ("returned", "", time.perf_counter() - start)
         except Exception as exc:

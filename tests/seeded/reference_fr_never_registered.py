@@ -6,8 +6,8 @@ cases read what is registered. Here each group withdraws the registration once i
 recorded, and nobody can read it (a hang report would show torch's recorder only, which a Python backend cannot
 write). Before the spec named the recorder a backend keeps (``own_flight_recorder``), the recorder=backend cases
 took a rank with no registration for a backend without a recorder of its own and skipped. Caught by the
-flight-recorder clauses (suites/c10d/test_flight_recorder.py), whose recorder fixture requires the spec's recorder
-registered on every rank.
+flight-recorder clauses (suites/c10d/test_flight_recorder.py): the reference's spec names its recorder, so the
+recorder=backend cases run and find nothing recorded for their calls.
 """
 
 from backends import flight_recorders
