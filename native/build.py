@@ -120,6 +120,12 @@ class Extension:
         self._loaded = module
         return module
 
+    def finished(self) -> bool:
+        """A build of this checkout's sources is on disk, complete (its build-seconds is written after the load that
+        follows the compile): load() will only load it. Asks nothing of the lock and loads nothing."""
+        directory = self.folder()
+        return (directory / "build-seconds").exists() and (directory / f"{self.module_name}.so").exists()
+
     def _compile(self, directory: Path) -> ModuleType:
         from torch.utils import cpp_extension
 
@@ -153,3 +159,8 @@ def load() -> ModuleType:
     module = NATIVE.load()
     LAST_BUILD_SECONDS = NATIVE.last_build_seconds
     return module
+
+
+def finished() -> bool:
+    """native's build is on disk and complete (Extension.finished)."""
+    return NATIVE.finished()

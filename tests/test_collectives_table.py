@@ -32,6 +32,7 @@ from suites.c10d import differential
 from suites.c10d.differential import Call
 from suites.stress import metrics
 from suites.stress.rank_bench import bench_row, expected_output, fill_modulus, rank_input
+from tests.harness_cases import warm
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTRA = "tests.harness_cases.extra_collective"
@@ -286,7 +287,7 @@ def test_an_entry_added_to_the_table_reaches_every_reader(clause_modules_with_ex
 def _run(cmd: list[str], **env_extra) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "DISTCONFORM_SESSION")}
     env.update(env_extra)
-    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    return warm.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
 
 def test_an_added_entry_is_measured_by_the_benchmark(tmp_path):

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.harness_cases import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,7 +33,7 @@ def built() -> None:
 
 
 def _probe(what: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tests.harness_cases.dcdev_probe", what], cwd=ROOT,
+    return warm.run([sys.executable, "-m", "tests.harness_cases.dcdev_probe", what], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

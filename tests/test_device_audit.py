@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 from tests.harness_cases import device_audit
+from tests.harness_cases import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLANTED = "tests/harness_cases/device_planted.py"
@@ -23,7 +23,7 @@ REAL_CLAUSES = ("suites/c10d/test_all_reduce.py", "suites/c10d/test_broadcast_re
 def test_planted_hard_coded_devices_are_caught_and_real_clauses_are_clean(tmp_path):
     log = tmp_path / "audit.jsonl"
     env = {**os.environ, device_audit.LOG_ENV: str(log)}
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-m", "pytest", PLANTED, *REAL_CLAUSES, "--backend", "gloo", "--world-size", "2",
          "--backend-plugin", "tests.harness_cases.device_audit", "-n", "0", "-q", "-p", "no:cacheprovider",
          "--report-dir", str(tmp_path / "report")],

@@ -13,6 +13,7 @@ import pytest
 from fixtures import gpu_check
 from fixtures.gpu_check import (EXIT_FAILED, EXIT_NO_GPU, EXIT_PASSED, STEPS, Verdict, bench_verdict, main,
                                 pytest_verdict, run_step)
+from tests.harness_cases import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -198,7 +199,7 @@ def test_the_fault_tolerance_step_runs_on_cpu_on_any_torch(tmp_path, capsys):
 def test_world_size_one_skips_per_case_what_needs_a_peer(tmp_path):
     """One GPU gives NCCL world size 1: a parameter marked min_world_size(2) (send/recv among the entry
     points) skips saying so, while its clause's other cases run."""
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-m", "pytest", "suites/c10d/test_entry_points.py", "-k", "send_recv or isend_irecv or all_reduce",
          "--backend", "reference", "--world-size", "1", "-n", "0", "-q", "-p", "no:cacheprovider",
          "--report-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -31,6 +31,7 @@ gaps apply.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pkgutil
@@ -47,6 +48,7 @@ from tests.gallery_failures import FailedCase, chain_from_text, read_failures
 from tests.gallery_record import SeededBug
 from tests.gallery_verdict import judge
 from tests.seeded.registry import BUGS
+from tests.harness_cases import warm
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEEDED_DIR = os.path.join(REPO_ROOT, "tests", "seeded")
@@ -92,8 +94,7 @@ def _run_suite(tmp_path, plugin: str, backend: str, *extra: str, timeout: float,
     log_path = tmp_path / "pytest.log"
     started = time.monotonic()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = warm.popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -200,6 +201,8 @@ def finish_builds(bugs: tuple[SeededBug, ...]) -> None:
     before their run's clock starts: BUG_TIMEOUT_S bounds a run's cases, and a fresh CI machine's compile counted in
     it made the batch with a native bug time out at 300 s (under load; 214 s idle, most of it the wait)."""
     for build in sorted({build for bug in bugs for build in bug.build_modules}):
+        if importlib.import_module(build).finished():
+            continue  # nothing to build or wait for (a fresh interpreter to ask would cost 2 s of CPU)
         proc = subprocess.run([sys.executable, "-c", f"import {build} as build; build.load()"], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:  # the run itself then fails to load it and says why; keep the compiler's words here

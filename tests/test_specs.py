@@ -9,6 +9,7 @@ from backends.registry import BackendRegistry, PluginImportError, UnknownBackend
 from dataclasses import replace
 
 from backends.spec import Availability, BackendSpec, Gap, inherit
+from tests.harness_cases import warm
 
 
 # ------------------------------------------------------------------ Gap
@@ -363,16 +364,15 @@ def test_gloo_gaps_apply_to_a_plugin_that_inherits_them(tmp_path):
     """End to end through --backend-plugin: the heir gets gloo's outcomes case by case, its xfails name gloo."""
     import json
     import os
-    import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     report = tmp_path / "report"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/c10d/test_non_contiguous.py",
-                           "suites/c10d/test_all_to_all.py", "--backend", "gloo,gloo_heir", "--backend-plugin",
-                           "tests.harness_cases.gloo_heir", "--world-size", "2", "-q", "-p", "no:cacheprovider",
-                           "--report-dir", str(report)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    proc = warm.run([sys.executable, "-m", "pytest", "suites/c10d/test_non_contiguous.py",
+                     "suites/c10d/test_all_to_all.py", "--backend", "gloo,gloo_heir", "--backend-plugin",
+                     "tests.harness_cases.gloo_heir", "--world-size", "2", "-q", "-p", "no:cacheprovider",
+                     "--report-dir", str(report)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     cases = json.loads((report / "conformance.json").read_text())["cases"]
     by = {b: {c["nodeid"].replace(f"[{b}-", "["): c for c in cases if c["backend"] == b} for b in ("gloo", "gloo_heir")}
@@ -413,7 +413,6 @@ def test_an_intermittent_gap_excuses_an_assertion_failure_only(tmp_path):
     """outcome="intermittent": passes when the deviation does not show, xfails (with this run's
     observation) when an assertion fails, and an error stays a failure."""
     import os
-    import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -421,10 +420,10 @@ def test_an_intermittent_gap_excuses_an_assertion_failure_only(tmp_path):
     (tmp_path / "test_intermittent.py").write_text(INTERMITTENT_TESTS)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     env["PYTHONPATH"] = root
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "--rootdir", str(tmp_path), "-rA",
-                           "-p", "no:cacheprovider", "--backend", "nccl",  # nccl: no world, no rank processes
-                           "--allow-unavailable"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    proc = warm.run([sys.executable, "-m", "pytest", str(tmp_path), "--rootdir", str(tmp_path), "-rA",
+                     "-p", "no:cacheprovider", "--backend", "nccl",  # nccl: no world, no rank processes
+                     "--allow-unavailable"],
+                    cwd=root, env=env, capture_output=True, text=True, timeout=120)
     out = proc.stdout
     assert "1 failed, 1 passed, 1 xfailed" in out, out[-3000:]
     lines = out.splitlines()  # -rA: "PASSED <path>::<test>", "XFAIL <path>::<test> - <reason>"
@@ -467,7 +466,6 @@ def test_typo(world):
 def test_a_needs_marker_with_an_unknown_value_stops_collection_naming_it(tmp_path):
     """needs() is read against the same vocabulary as the gaps: a closed key's other value is a usage error."""
     import os
-    import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -475,10 +473,10 @@ def test_a_needs_marker_with_an_unknown_value_stops_collection_naming_it(tmp_pat
     (tmp_path / "test_typo.py").write_text(NEEDS_TYPO_TESTS)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     env["PYTHONPATH"] = root
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path), "--rootdir", str(tmp_path), "--collect-only",
-                           "-p", "no:cacheprovider", "--backend", "nccl", "--world-size", "2",
-                           "--allow-unavailable"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    proc = warm.run([sys.executable, "-m", "pytest", str(tmp_path), "--rootdir", str(tmp_path), "--collect-only",
+                     "-p", "no:cacheprovider", "--backend", "nccl", "--world-size", "2",
+                     "--allow-unavailable"],
+                    cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "test_typo.py::test_typo[nccl-ws2]: needs(): unknown form 'devcie'; known: list, single, device" \
         in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
@@ -490,17 +488,16 @@ def test_a_gap_that_breaks_the_backend_or_a_rank_gets_its_world_replaced(tmp_pat
     state; a rank whose heap the gap corrupted crashes later, in whatever case comes next)."""
     import json
     import os
-    import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     pids = tmp_path / "pids.jsonl"
     env = {**{k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")},
            "DISTCONFORM_TEST_PIDS": str(pids)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/harness_cases/breaks_backend.py", "--backend",
-                           "gloo_breaks,gloo_corrupts", "--backend-plugin", "tests.harness_cases.breaks_backend", "--world-size", "2",
-                           "-n", "0", "-q", "-p", "no:cacheprovider", "--report-dir", str(tmp_path / "report")],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = warm.run([sys.executable, "-m", "pytest", "tests/harness_cases/breaks_backend.py", "--backend",
+                     "gloo_breaks,gloo_corrupts", "--backend-plugin", "tests.harness_cases.breaks_backend", "--world-size", "2",
+                     "-n", "0", "-q", "-p", "no:cacheprovider", "--report-dir", str(tmp_path / "report")],
+                    cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "4 passed, 2 xfailed" in proc.stdout, proc.stdout[-2000:]
     seen = dict(json.loads(line) for line in pids.read_text().splitlines())

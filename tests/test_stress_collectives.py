@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -25,6 +24,7 @@ from suites.stress.rank_bench import expected_output, fill_modulus, rank_input
 from suites.stress.records import CollectiveRow, RecordError, read_collectives
 from reports.benchmarks import COLLECTIVE_COLUMNS
 from tests.test_report_benchmarks import JSONISH
+from tests.harness_cases import warm
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI_TIMEOUT_S = 180
@@ -145,7 +145,7 @@ def run_benchmark(module: str, report_name: str, report_dir, *args: str, timeout
     Also used by tests/test_stress_rpc.py."""
     cmd = [sys.executable, "-m", module, "--report-dir", str(report_dir), *args]
     env = {k: v for k, v in os.environ.items() if k != "DISTCONFORM_SESSION"}
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = warm.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     path = report_dir / report_name
     report = json.loads(path.read_text()) if path.exists() else None
     return proc, report

@@ -17,7 +17,7 @@ BUILD_ROOT = HERE / "build"
 CFLAGS = ("-O2", "-std=c++17")
 MODULE_NAME = "distconform_dcdev"
 
-__all__ = ("BuildFailed", "build_dir", "load")
+__all__ = ("BuildFailed", "build_dir", "finished", "load")
 
 
 def build_dir() -> Path:
@@ -30,3 +30,8 @@ DEVICE = Extension("dcdev", MODULE_NAME, build_dir, lambda: [str(HERE / s) for s
 def load() -> ModuleType:
     """The compiled device extension (building it first if this checkout never did)."""
     return DEVICE.load()
+
+
+def finished() -> bool:
+    """The device's build is on disk and complete (native.build.Extension.finished)."""
+    return DEVICE.finished()

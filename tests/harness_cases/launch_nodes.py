@@ -30,6 +30,7 @@ from types import TracebackType
 from fixtures.hosts import SimulatedHosts
 from fixtures.spawner import processes_with_env
 from tests.harness_cases.procs import REPO_ROOT, command_line
+from tests.harness_cases import warm
 
 MARK_ENV = "DISTCONFORM_LAUNCH_TEST"  # every process of one launched run carries it: proof none is left
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -237,9 +238,9 @@ def outcomes(cases: dict) -> dict:
 
 def single_host_cases(args: list[str], tmp_path) -> dict:
     """The same pytest arguments run on one host at world size 4 (it must pass): its cases by nodeid."""
-    single = subprocess.run([sys.executable, "-m", "pytest", *args, "--world-size", "4", "-p", "no:cacheprovider",
-                             "--report-dir", str(tmp_path / "single")],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
+    single = warm.run([sys.executable, "-m", "pytest", *args, "--world-size", "4", "-p", "no:cacheprovider",
+                       "--report-dir", str(tmp_path / "single")],
+                      cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
     assert single.returncode == 0, single.stdout[-3000:]
     with open(tmp_path / "single" / "conformance.json") as fh:
         return {c["nodeid"]: c for c in json.load(fh)["cases"]}

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from tests.harness_cases import warm
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SESSION_ENV = "DISTCONFORM_SESSION"  # fixtures/spawner.py: every process the suite starts carries it
@@ -169,8 +170,7 @@ def start_pytest(args, report_dir, *, watch: bool = False):
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     run = PytestRun(args=cmd, report_dir=str(report_dir))
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = warm.popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run.pid = proc.pid
     stop = threading.Event()
     watcher = threading.Thread(target=_watch, args=(run, proc, stop), daemon=True) if watch else None

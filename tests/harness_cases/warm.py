@@ -1,0 +1,174 @@
+"""``python -m <module>`` runs of the project's own tests, forked from a server that has torch imported.
+
+``popen(cmd, ...)`` takes subprocess.Popen's arguments and returns a Popen: for ``[sys.executable, "-m", module,
+...]`` whose environment matches the server's in everything but what is read after start-up (see ``_differs``),
+a fork of tests/harness_cases/warm_server.py that becomes that run (about 3 s of CPU less per run of the suite);
+for anything else, or with DISTCONFORM_WARM_RUNS=0, or when the server cannot start, an ordinary subprocess. The
+run is the same either way: its own pid (the suite's session tag and process checks key on it), process group
+with ``start_new_session``, directory, environment, streams and exit status.
+
+One server per process that asks (each pytest-xdist worker), started on first use and gone with that process
+(it exits when its stdin, a pipe from here, reaches EOF).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_server.py")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(SERVER)))
+SWITCH = "DISTCONFORM_WARM_RUNS"  # "0": every run starts a fresh interpreter (to compare, or to rule this out)
+START_TIMEOUT_S = 120.0  # the server's own imports: about 3 s idle, much longer beside a loaded run
+
+
+def _per_run(name: str) -> bool:
+    """Variables a run reads after start-up, so a run may differ from the server in them (everything else, torch's
+    and the interpreter's settings included, must be the server's, or the run starts a fresh interpreter)."""
+    return name.startswith(("PYTEST_", "DISTCONFORM_")) or name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+
+
+def _differs(env: dict[str, str], server_env: dict[str, str]) -> bool:
+    def fixed(e: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in e.items() if not _per_run(k)}
+
+    return fixed(env) != fixed(server_env)
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="dc-warm-")
+        self.path = os.path.join(self.folder, "socket")
+        self.env = {k: v for k, v in os.environ.items() if not _per_run(k)}
+        self.log = open(os.path.join(self.folder, "server.log"), "wb")
+        self.proc = subprocess.Popen([sys.executable, SERVER, self.path], cwd=REPO_ROOT, env=self.env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
+        line = self.proc.stdout.readline() if ready else b""
+        if b"ready" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"the warm-run server did not start (log: {self.log.name})")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+_server: _Server | None = None
+_failed = False
+_lock = threading.Lock()
+
+
+def _get_server() -> _Server | None:
+    global _server, _failed
+    with _lock:
+        if _failed:
+            return None
+        if _server is None or not _server.alive():
+            try:
+                _server = _Server()
+            except (OSError, RuntimeError) as exc:
+                _failed = True
+                print(f"tests/harness_cases/warm.py: {exc}; runs start fresh interpreters", file=sys.stderr)
+                return None
+        return _server
+
+
+class WarmPopen(subprocess.Popen):
+    """A Popen whose child the server forks: only how the child starts and how its exit is learnt differ
+    (CPython's POSIX Popen: _execute_child, _internal_poll and _wait; the rest, pipes and communicate included,
+    is Popen's own)."""
+
+    def __init__(self, server: _Server, *args, **kwargs) -> None:
+        self._server = server
+        self._conn: socket.socket | None = None
+        super().__init__(*args, **kwargs)
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                       creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *rest):
+        start_new_session = rest[5]  # after restore_signals, gid, gids, uid, umask (3.8 to 3.13)
+        request = {"module": args[2], "args": list(args[3:]), "cwd": os.path.abspath(cwd or os.getcwd()),
+                   "env": dict(env if env is not None else os.environ), "new_session": bool(start_new_session)}
+        fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.connect(self._server.path)
+            socket.send_fds(conn, [json.dumps(request).encode()], fds)
+            reply = json.loads(conn.recv(1 << 16) or b"{}")
+        except (OSError, ValueError) as exc:
+            conn.close()
+            raise OSError(f"the warm-run server did not start {args[2]}: {exc}") from exc
+        finally:
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+        if "pid" not in reply:
+            conn.close()
+            raise OSError(f"the warm-run server did not start {args[2]}: {reply}")
+        self.pid = reply["pid"]
+        self._conn = conn
+
+    def _exit_message(self, timeout: float | None) -> int | None:
+        """The run's exit status, waiting up to ``timeout`` s for it (None: not yet)."""
+        if self._conn is None:
+            return self.returncode
+        ready, _, _ = select.select([self._conn], [], [], timeout)
+        if not ready:
+            return None
+        raw = self._conn.recv(1 << 16)
+        self._conn.close()
+        self._conn = None
+        # no message: the server died before reaping the run, which its death then killed (or orphaned)
+        return json.loads(raw)["exit"] if raw else -signal.SIGKILL
+
+    def _internal_poll(self, _deadstate=None, **_):
+        if self.returncode is None:
+            code = self._exit_message(0)
+            if code is not None:
+                self.returncode = code
+        return self.returncode
+
+    def _wait(self, timeout):
+        if self.returncode is not None:
+            return self.returncode
+        code = self._exit_message(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self.returncode = code
+        return code
+
+
+def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """subprocess.Popen(cmd, **kwargs), forked warm where the run allows (module docstring)."""
+    env = kwargs.get("env")
+    eligible = (os.environ.get(SWITCH, "1") != "0" and len(cmd) >= 3 and cmd[0] == sys.executable
+                and cmd[1] == "-m" and not kwargs.get("preexec_fn") and not kwargs.get("shell"))
+    if eligible:
+        server = _get_server()
+        if server is not None and not _differs(dict(env if env is not None else os.environ), server.env):
+            return WarmPopen(server, cmd, **kwargs)
+    return subprocess.Popen(cmd, **kwargs)
+
+
+def run(cmd: list[str], *, input: str | bytes | None = None, capture_output: bool = False,
+        timeout: float | None = None, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, ...) over ``popen``: the same arguments, result and TimeoutExpired (the run killed)."""
+    if capture_output:
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    with popen(cmd, **kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        code = process.poll()
+    if check and code:
+        raise subprocess.CalledProcessError(code, process.args, output=stdout, stderr=stderr)
+    return subprocess.CompletedProcess(process.args, code, stdout, stderr)
