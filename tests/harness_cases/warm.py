@@ -1,14 +1,16 @@
 """``python -m <module>`` runs of the project's own tests, forked from a server that has torch imported.
 
-``popen(cmd, ...)`` takes subprocess.Popen's arguments and returns a Popen: for ``[sys.executable, "-m", module,
-...]`` whose environment matches the server's in everything but what is read after start-up (see ``_differs``),
-a fork of tests/harness_cases/warm_server.py that becomes that run (about 3 s of CPU less per run of the suite);
-for anything else, or with DISTCONFORM_WARM_RUNS=0, or when the server cannot start, an ordinary subprocess. The
-run is the same either way: its own pid (the suite's session tag and process checks key on it), process group
-with ``start_new_session``, directory, environment, streams and exit status.
+``popen(cmd, ...)`` takes subprocess.Popen's arguments and returns a Popen (``run`` is subprocess.run over it): for
+``[sys.executable, "-m", module, ...]`` whose environment is this process's own in everything but the variables a
+run reads after start-up (``_per_run``), a fork of tests/harness_cases/warm_server.py that becomes that run (2.4 s
+of CPU less per run of the suite, measured: 6.2 against 8.7 CPU-s for c10d's barrier clauses); for anything else
+(a run given TORCH_CPP_LOG_LEVEL, say: torch reads it at import), or with DISTCONFORM_WARM_RUNS=0, or when the
+server cannot start, an ordinary subprocess. The run is the same either way (tests/test_warm_runs.py): its own
+pid (the suite's session tag and process checks key on it), process group with ``start_new_session``, directory,
+environment, path, streams and exit status; only torch and pytest are already imported.
 
 One server per process that asks (each pytest-xdist worker), started on first use and gone with that process
-(it exits when its stdin, a pipe from here, reaches EOF).
+(it exits when its stdin, a pipe from here, reaches EOF); another if that process's environment changes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_server.py")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(SERVER)))
@@ -35,11 +38,9 @@ def _per_run(name: str) -> bool:
     return name.startswith(("PYTEST_", "DISTCONFORM_")) or name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
 
 
-def _differs(env: dict[str, str], server_env: dict[str, str]) -> bool:
-    def fixed(e: dict[str, str]) -> dict[str, str]:
-        return {k: v for k, v in e.items() if not _per_run(k)}
-
-    return fixed(env) != fixed(server_env)
+def _fixed(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """What a run must share with the server it forks from: its environment but for the per-run variables."""
+    return frozenset((k, v) for k, v in env.items() if not _per_run(k))
 
 
 class _Server:
@@ -47,6 +48,7 @@ class _Server:
         self.folder = tempfile.mkdtemp(prefix="dc-warm-")
         self.path = os.path.join(self.folder, "socket")
         self.env = {k: v for k, v in os.environ.items() if not _per_run(k)}
+        self.key = _fixed(self.env)
         self.log = open(os.path.join(self.folder, "server.log"), "wb")
         self.proc = subprocess.Popen([sys.executable, SERVER, self.path], cwd=REPO_ROOT, env=self.env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
@@ -60,24 +62,32 @@ class _Server:
         return self.proc.poll() is None
 
 
-_server: _Server | None = None
+# Servers by the environment they were started in: one, unless this process's own environment changes (a test
+# that sets a variable for good); runs already forked from the others finish undisturbed. At most MAX_SERVERS.
+MAX_SERVERS = 3
+_servers: dict[frozenset[tuple[str, str]], _Server] = {}
 _failed = False
 _lock = threading.Lock()
 
 
-def _get_server() -> _Server | None:
-    global _server, _failed
+def _server_for(env: Mapping[str, str]) -> _Server | None:
+    """The server a run with ``env`` can fork from: one started in the same environment, started now when ``env``
+    is this process's own (None: the run starts a fresh interpreter)."""
+    global _failed
+    key = _fixed(env)
     with _lock:
-        if _failed:
+        server = _servers.get(key)
+        if server is not None and server.alive():
+            return server
+        if _failed or key != _fixed(os.environ) or (server is None and len(_servers) >= MAX_SERVERS):
             return None
-        if _server is None or not _server.alive():
-            try:
-                _server = _Server()
-            except (OSError, RuntimeError) as exc:
-                _failed = True
-                print(f"tests/harness_cases/warm.py: {exc}; runs start fresh interpreters", file=sys.stderr)
-                return None
-        return _server
+        try:
+            _servers[key] = server = _Server()
+        except (OSError, RuntimeError) as exc:
+            _failed = True
+            print(f"tests/harness_cases/warm.py: {exc}; runs start fresh interpreters", file=sys.stderr)
+            return None
+        return server
 
 
 class WarmPopen(subprocess.Popen):
@@ -148,8 +158,8 @@ def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
     eligible = (os.environ.get(SWITCH, "1") != "0" and len(cmd) >= 3 and cmd[0] == sys.executable
                 and cmd[1] == "-m" and not kwargs.get("preexec_fn") and not kwargs.get("shell"))
     if eligible:
-        server = _get_server()
-        if server is not None and not _differs(dict(env if env is not None else os.environ), server.env):
+        server = _server_for(env if env is not None else os.environ)
+        if server is not None:
             return WarmPopen(server, cmd, **kwargs)
     return subprocess.Popen(cmd, **kwargs)
 
