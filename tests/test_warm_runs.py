@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,8 +54,14 @@ def test_signals_sessions_and_timeouts_are_a_popens(tmp_path):
     assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
+def again_server() -> str:
+    return list(warm._servers.values())[-1].folder
+
+
 def test_a_run_whose_torch_settings_differ_starts_a_fresh_interpreter(monkeypatch):
     monkeypatch.delenv(warm.SWITCH, raising=False)
+    monkeypatch.setattr(warm, "_servers", {})  # this worker's earlier tests may have used up its servers
+    monkeypatch.setattr(warm, "_failed", False)
     same = warm.popen([*PROBE, "0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=warm.REPO_ROOT)
     assert isinstance(same, warm.WarmPopen) and same.wait(timeout=120) == 0
     for env in ({**os.environ, "TORCH_CPP_LOG_LEVEL": "INFO"}, {**os.environ, "OMP_NUM_THREADS": "7"}):
@@ -64,6 +71,13 @@ def test_a_run_whose_torch_settings_differ_starts_a_fresh_interpreter(monkeypatc
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # this process's own environment changed: a server started in it
     again = warm.popen([*PROBE, "0"], cwd=warm.REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
     assert isinstance(again, warm.WarmPopen) and json.loads(again.communicate(timeout=120)[0])["torch_preloaded"]
+    assert (Path(again_server()) / "changed").read_text() == "OMP_NUM_THREADS\n"
+    monkeypatch.setenv("MASTER_PORT", "1234")  # read when a group is made: the same server serves it
+    same_server = warm.popen([*PROBE, "0"], cwd=warm.REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    assert isinstance(same_server, warm.WarmPopen) and same_server.wait(timeout=120) == 0
+    assert len(warm._servers) == 2
+    for server in warm._servers.values():
+        server.stop()
     monkeypatch.setenv(warm.SWITCH, "0")
     switched_off = warm.popen([*PROBE, "0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=warm.REPO_ROOT)
     assert type(switched_off) is subprocess.Popen and switched_off.wait(timeout=120) == 0

@@ -32,10 +32,17 @@ SWITCH = "DISTCONFORM_WARM_RUNS"  # "0": every run starts a fresh interpreter (t
 START_TIMEOUT_S = 120.0  # the server's own imports: about 3 s idle, much longer beside a loaded run
 
 
+# Read when a process group is made or an extension built, never at import: tests that run rank-side code in their
+# own process (a world's env, a simulated host's interface) or build native leave them set in a pytest-xdist worker.
+RUNTIME = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MAX_JOBS",
+           "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
 def _per_run(name: str) -> bool:
     """Variables a run reads after start-up, so a run may differ from the server in them (everything else, torch's
     and the interpreter's settings included, must be the server's, or the run starts a fresh interpreter)."""
-    return name.startswith(("PYTEST_", "DISTCONFORM_")) or name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+    return (name.startswith(("PYTEST_", "DISTCONFORM_")) or name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+            or name in RUNTIME)
 
 
 def _fixed(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
@@ -61,9 +68,17 @@ class _Server:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def stop(self) -> None:
+        """End the server as the end of this process would (its runs still going are killed)."""
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        self.log.close()
+
 
 # Servers by the environment they were started in: one, unless this process's own environment changes (a test
-# that sets a variable for good); runs already forked from the others finish undisturbed. At most MAX_SERVERS.
+# that sets a variable for good; its folder's file "changed" names the variables); runs already forked from the others
+# finish undisturbed. At most MAX_SERVERS, then fresh interpreters.
 MAX_SERVERS = 3
 _servers: dict[frozenset[tuple[str, str]], _Server] = {}
 _failed = False
@@ -83,6 +98,11 @@ def _server_for(env: Mapping[str, str]) -> _Server | None:
             return None
         try:
             _servers[key] = server = _Server()
+            if len(_servers) > 1:  # why this process's runs needed another server: kept beside its log
+                earlier = dict(next(iter(_servers)))
+                changed = sorted(k for k in set(earlier) | set(server.env) if earlier.get(k) != server.env.get(k))
+                with open(os.path.join(server.folder, "changed"), "w") as fh:
+                    fh.write(" ".join(changed) + "\n")
         except (OSError, RuntimeError) as exc:
             _failed = True
             print(f"tests/harness_cases/warm.py: {exc}; runs start fresh interpreters", file=sys.stderr)
