@@ -26,9 +26,19 @@ def _seen(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("code", [0, 3])
-def test_a_warm_run_sees_what_a_fresh_interpreter_sees(tmp_path, monkeypatch, code):
+@pytest.fixture(autouse=True)
+def no_servers(monkeypatch):
+    """Each test starts from no servers (this worker's earlier tests may have left some, in other environments)."""
     monkeypatch.delenv(warm.SWITCH, raising=False)
+    monkeypatch.setattr(warm, "_servers", {})
+    monkeypatch.setattr(warm, "_failed", False)
+    yield
+    for server in warm._servers.values():
+        server.stop()
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_warm_run_sees_what_a_fresh_interpreter_sees(tmp_path, code):
     env = {**os.environ, "DISTCONFORM_WARM_PROBE": "x", "PYTHONPATH": os.pathsep.join([str(tmp_path), warm.REPO_ROOT])}
     kwargs = dict(cwd=warm.REPO_ROOT, env=env, input="line\n", capture_output=True, text=True, timeout=120)
     cold = subprocess.run([*PROBE, str(code)], **kwargs)
@@ -59,9 +69,6 @@ def again_server() -> str:
 
 
 def test_a_run_whose_torch_settings_differ_starts_a_fresh_interpreter(monkeypatch):
-    monkeypatch.delenv(warm.SWITCH, raising=False)
-    monkeypatch.setattr(warm, "_servers", {})  # this worker's earlier tests may have used up its servers
-    monkeypatch.setattr(warm, "_failed", False)
     same = warm.popen([*PROBE, "0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=warm.REPO_ROOT)
     assert isinstance(same, warm.WarmPopen) and same.wait(timeout=120) == 0
     for env in ({**os.environ, "TORCH_CPP_LOG_LEVEL": "INFO"}, {**os.environ, "OMP_NUM_THREADS": "7"}):
@@ -76,8 +83,13 @@ def test_a_run_whose_torch_settings_differ_starts_a_fresh_interpreter(monkeypatc
     same_server = warm.popen([*PROBE, "0"], cwd=warm.REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     assert isinstance(same_server, warm.WarmPopen) and same_server.wait(timeout=120) == 0
     assert len(warm._servers) == 2
-    for server in warm._servers.values():
-        server.stop()
+    monkeypatch.setenv("COLUMNS", "99")  # a third environment, then a fourth: the least recently used server goes
+    monkeypatch.setenv("POOL_WARMED", "1")
+    for _ in range(2):
+        monkeypatch.setenv("COLUMNS", str(int(os.environ["COLUMNS"]) + 1))
+        run = warm.popen([*PROBE, "0"], cwd=warm.REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        assert isinstance(run, warm.WarmPopen) and run.wait(timeout=120) == 0
+    assert len(warm._servers) == warm.MAX_SERVERS and all(server.running == 0 for server in warm._servers.values())
     monkeypatch.setenv(warm.SWITCH, "0")
     switched_off = warm.popen([*PROBE, "0"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=warm.REPO_ROOT)
     assert type(switched_off) is subprocess.Popen and switched_off.wait(timeout=120) == 0

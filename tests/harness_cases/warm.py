@@ -56,6 +56,7 @@ class _Server:
         self.path = os.path.join(self.folder, "socket")
         self.env = {k: v for k, v in os.environ.items() if not _per_run(k)}
         self.key = _fixed(self.env)
+        self.running = 0  # runs forked from it that have not been reaped: a server is stopped only without any
         self.log = open(os.path.join(self.folder, "server.log"), "wb")
         self.proc = subprocess.Popen([sys.executable, SERVER, self.path], cwd=REPO_ROOT, env=self.env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
@@ -71,14 +72,19 @@ class _Server:
     def stop(self) -> None:
         """End the server as the end of this process would (its runs still going are killed)."""
         self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self.proc.stdout.close()
         self.log.close()
 
 
-# Servers by the environment they were started in: one, unless this process's own environment changes (a test
-# that sets a variable for good; its folder's file "changed" names the variables); runs already forked from the others
-# finish undisturbed. At most MAX_SERVERS, then fresh interpreters.
+# Servers by the environment they were started in, most recently used last: one, unless this process's own
+# environment changes (a test that sets a variable for good: CI's workers saw COLUMNS, POOL_WARMED,
+# TORCH_FR_BUFFER_SIZE; a new server's folder names them in its file "changed"). At most MAX_SERVERS: the least
+# recently used one with no run going is stopped for a new one; runs forked from the others finish undisturbed.
 MAX_SERVERS = 3
 _servers: dict[frozenset[tuple[str, str]], _Server] = {}
 _failed = False
@@ -93,13 +99,21 @@ def _server_for(env: Mapping[str, str]) -> _Server | None:
     with _lock:
         server = _servers.get(key)
         if server is not None and server.alive():
+            _servers[key] = _servers.pop(key)  # most recently used last
             return server
-        if _failed or key != _fixed(os.environ) or (server is None and len(_servers) >= MAX_SERVERS):
+        if _failed or key != _fixed(os.environ):
             return None
+        if server is not None:
+            del _servers[key]  # dead: replaced below
+        elif len(_servers) >= MAX_SERVERS:
+            idle = [k for k, s in _servers.items() if s.running == 0]
+            if not idle:
+                return None
+            _servers.pop(idle[0]).stop()
         try:
             _servers[key] = server = _Server()
             if len(_servers) > 1:  # why this process's runs needed another server: kept beside its log
-                earlier = dict(next(iter(_servers)))
+                earlier = dict(list(_servers)[-2])
                 changed = sorted(k for k in set(earlier) | set(server.env) if earlier.get(k) != server.env.get(k))
                 with open(os.path.join(server.folder, "changed"), "w") as fh:
                     fh.write(" ".join(changed) + "\n")
@@ -141,6 +155,7 @@ class WarmPopen(subprocess.Popen):
             raise OSError(f"the warm-run server did not start {args[2]}: {reply}")
         self.pid = reply["pid"]
         self._conn = conn
+        self._server.running += 1
 
     def _exit_message(self, timeout: float | None) -> int | None:
         """The run's exit status, waiting up to ``timeout`` s for it (None: not yet)."""
@@ -152,6 +167,7 @@ class WarmPopen(subprocess.Popen):
         raw = self._conn.recv(1 << 16)
         self._conn.close()
         self._conn = None
+        self._server.running -= 1
         # no message: the server died before reaping the run, which its death then killed (or orphaned)
         return json.loads(raw)["exit"] if raw else -signal.SIGKILL
 
