@@ -15,9 +15,11 @@ One server per process that asks (each pytest-xdist worker), started on first us
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -53,6 +55,7 @@ def _fixed(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
 class _Server:
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="dc-warm-")
+        atexit.register(shutil.rmtree, self.folder, True)  # its socket and log; the server exits on its own
         self.path = os.path.join(self.folder, "socket")
         self.env = {k: v for k, v in os.environ.items() if not _per_run(k)}
         self.key = _fixed(self.env)
