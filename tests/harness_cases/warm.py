@@ -58,7 +58,6 @@ class _Server:
         atexit.register(shutil.rmtree, self.folder, True)  # its socket and log; the server exits on its own
         self.path = os.path.join(self.folder, "socket")
         self.env = {k: v for k, v in os.environ.items() if not _per_run(k)}
-        self.key = _fixed(self.env)
         self.running = 0  # runs forked from it that have not been reaped: a server is stopped only without any
         self.log = open(os.path.join(self.folder, "server.log"), "wb")
         self.proc = subprocess.Popen([sys.executable, SERVER, self.path], cwd=REPO_ROOT, env=self.env,
