@@ -341,3 +341,24 @@ def test_a_backend_stops_at_a_named_clause_and_runs_on_past_another():
     assert named.stops_at("suites/c10d/test_work.py::test_completed[native-ws2]")
     assert not named.stops_at("suites/c10d/test_work.py::test_future_completes[native-ws2]")
     assert Selection("suites/c10d/test_work.py").stops_at("suites/c10d/test_work.py::test_future_completes[x]")
+
+
+def test_a_backends_named_clauses_run_first_in_the_places_its_cases_hold():
+    """Each plan backend's cases of its named clauses move ahead of its other cases, within the places its cases
+    already hold: a caught bug skips the rest of its file, and other backends' cases keep their order."""
+    from types import SimpleNamespace
+
+    from tests.gallery_plugin import Selection, _named_clauses_first
+
+    def case(nodeid: str, backend: str):
+        return SimpleNamespace(nodeid=nodeid, callspec=SimpleNamespace(params={"world_target": SimpleNamespace(
+            backend=backend)}))
+
+    items = [case("f.py::test_a[bug]", "bug"), case("f.py::test_a[gloo]", "gloo"), case("f.py::test_b[bug]", "bug"),
+             case("f.py::test_c[bug]", "bug"), case("f.py::test_c[gloo]", "gloo"), case("f.py::test_d[bug]", "bug"),
+             SimpleNamespace(nodeid="f.py::test_plain")]
+    plan = {"bug": Selection("f.py", clauses=("f.py::test_c", "f.py::test_d"))}
+    assert [item.nodeid for item in _named_clauses_first(items, plan)] == [
+        "f.py::test_c[bug]", "f.py::test_a[gloo]", "f.py::test_d[bug]", "f.py::test_a[bug]", "f.py::test_c[gloo]",
+        "f.py::test_b[bug]", "f.py::test_plain"]
+    assert _named_clauses_first(items, {"bug": Selection("f.py")}) == items  # no clauses named: any failure stops

@@ -4,10 +4,11 @@ A callee that keeps "the current caller" in one field instead of per request:
 with one caller at a time it is right, with several callers in flight a reply
 goes to another worker, which (message ids being per caller) completes its
 own pending call of the same id with a value that is not its answer, while
-the real caller waits. Caught first by the call-to-self clause (the reply to
-a worker's call to itself goes to its last remote caller: a timeout), and by
-the concurrency clause, where every worker calls every worker at once and
-each reply must carry the caller's own value.
+the real caller waits. Caught by the concurrency clause, where every worker
+calls every worker at once and each reply must carry the caller's own value,
+and by the call-to-self clause once a remote call came first (the reply to a
+worker's call to itself goes to its last remote caller: a timeout); in an
+agent no other worker has called yet, a call to self is answered right.
 """
 
 from tests.seeded.rpc_base import bind, plant
