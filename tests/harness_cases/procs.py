@@ -167,7 +167,6 @@ def start_pytest(args, report_dir, *, watch: bool = False):
         if name in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST") or name.startswith("PYTEST_XDIST_"):
             del env[name]
     env.pop(SESSION_ENV, None)  # the run gets a session of its own
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
     run = PytestRun(args=cmd, report_dir=str(report_dir))
     started = time.monotonic()
     proc = warm.popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
