@@ -40,7 +40,6 @@ from collections import defaultdict
 
 import torch
 import torch.jit as jit
-from torch.distributed.optim.utils import functional_optim_map
 
 from . import api as rpc
 from .rref import RRef
@@ -152,6 +151,10 @@ class DistributedOptimizer:
         per_worker_params_rref = defaultdict(list)
         for param in params_rref:
             per_worker_params_rref[param.owner()].append(param)
+
+        # imported here, not with the module: torch.distributed.optim imports DTensor and sympy (1.8 s of CPU), which
+        # every pytest-xdist worker of tests/ paid at collection for a module most of them never build an optimizer in
+        from torch.distributed.optim.utils import functional_optim_map
 
         # torch's rule: exactly a mapped class (a subclass is not) and TorchScript enabled
         if optimizer_class in functional_optim_map and jit._state._enabled:
