@@ -457,10 +457,13 @@ class ReferenceProcessGroup(dist.ProcessGroup):
                 missing = sorted(key[3] for key in timeout.args[0])
             self._faults.revoked("TIMEOUT")  # the abort hooks run before the connections close
             self._close_after_timeout(f"{fingerprint['op']} (collective #{seq}) timed out on rank {me}")
+            # dials this rank's listener turned away (a second hello from a connected rank, a wrong token): a peer
+            # whose sends then fail while this rank hears nothing is explained by them
+            refused = f"; dials refused here: {self.mesh.refused[-3:]}" if self.mesh.refused else ""
             raise RuntimeError(
                 f"reference: Timed out waiting {timeout_s * 1000:.0f}ms for {fingerprint['op']} (collective "
                 f"#{seq}) on rank {me}: no message from group ranks {missing} (global ranks "
-                f"{[self.global_ranks[r] for r in missing]})") from None
+                f"{[self.global_ranks[r] for r in missing]}){refused}") from None
         except PeerError as exc:
             self._faults.revoked("REMOTE_ERROR")
             raise RuntimeError(f"reference: {fingerprint['op']} (collective #{seq}) failed: {exc}") from None

@@ -32,6 +32,24 @@ def wait(directory: str, name: str, who: str, wait_s: float = FILE_WAIT_S) -> No
         time.sleep(0.01)
 
 
+def meet(directory: str, step: str, rank: int, world_size: int, wait_s: float = FILE_WAIT_S) -> None:
+    """Mark ``<step><rank>`` and wait until every rank has: the ranks leave together (a file barrier, off the network).
+
+    What a rank does before the fault runs under the fault's short group timeout (2 s); a rank that reaches a
+    collective seconds after its peer (a loaded machine: CI's torch 2.14.1 lane once timed rank 0 out in the first
+    all_reduce of a group before any fault, and rank 1's send then hit the closed connection) fails the scenario for
+    the machine's sake, not the backend's."""
+    mark(directory, f"{step}{rank}")
+    end = time.monotonic() + wait_s
+    missing = [f"{step}{r}" for r in range(world_size)]
+    while missing:
+        missing = [name for name in missing if not os.path.exists(os.path.join(directory, name))]
+        if missing and time.monotonic() > end:
+            raise TimeoutError(f"rank {rank}: ranks' {missing} not marked within {wait_s:.0f} s")
+        if missing:
+            time.sleep(0.01)
+
+
 def wait_files(directory: str, names: list[str], stop: threading.Event, wait_s: float = CONTROL_WAIT_S) -> list[str]:
     """The names still missing after ``wait_s`` (or once ``stop`` is set)."""
     end = time.monotonic() + wait_s

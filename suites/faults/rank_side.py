@@ -179,12 +179,17 @@ def under_fault(directory: str, timeout_s: float, numels: dict[str, int], bound_
     store = _store(timeout_s)
     targets = {**groups, "store_get": store}
     since = {name: recorder_view.newest_record(groups[name]) for name in NUMBERED}
+    # each operation before the fault starts on every rank together (meeting.meet): it runs under the fault's short
+    # timeout, which a rank that came seconds late (a loaded machine) would exceed before any fault
     for name, call in OPERATIONS.items():  # every connection exists: the fault comes in the middle of a job
+        meeting.meet(directory, f"first-{name}-", ctx.rank, ctx.world_size)
         call(targets[name], numels[name])
     for name in NUMBERED:  # a second one completed before the fault: the recorder's history
+        meeting.meet(directory, f"second-{name}-", ctx.rank, ctx.world_size)
         OPERATIONS[name](groups[name], numels[name])
-    _all_reduce(groups["abort"], numel)
-    _all_reduce(groups["destroy"], numel)
+    for name in ("abort", "destroy"):
+        meeting.meet(directory, f"first-{name}-", ctx.rank, ctx.world_size)
+        _all_reduce(groups[name], numel)
     recorded = {name: {"before": recorder_view.view(groups[name], since[name])} for name in NUMBERED}
     meeting.mark(directory, f"ready{ctx.rank}")
     meeting.wait(directory, "go", f"rank {ctx.rank}")
