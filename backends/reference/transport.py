@@ -64,6 +64,18 @@ class _Frame:
         self.started = False  # some of its bytes are in the connection: it can no longer be taken back
 
 
+def _hung_up(sock: socket.socket) -> bool:
+    """Whether the peer has closed ``sock`` (its FIN or a reset arrived), asked of the kernel without reading:
+    data still unread before the end does not hide it (POLLRDHUP)."""
+    poller = select.poll()
+    try:
+        poller.register(sock, select.POLLRDHUP)
+    except (ValueError, OSError):  # closed under us (fileno -1): gone as well
+        return True
+    return any(events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
+               for _, events in poller.poll(0))
+
+
 def _write_now(sock: socket.socket, frame: _Frame) -> bool:
     """Write what of ``frame`` fits into the connection without waiting; True once all of it is written."""
     while frame.parts:
@@ -365,6 +377,12 @@ class Mesh:
         if failure:
             raise failure
         sock = self._conns[peer]
+        if _hung_up(sock):
+            # the peer closed the connection and this rank's reader has not got to its end yet: a collective the
+            # peer gave up (timed out) must not be completed here with the frame it sent before closing (under
+            # load the reader came second and rank 1's next all_reduce returned while rank 0's had failed)
+            self.broken.setdefault(peer, f"rank {peer} closed the connection")
+            raise PeerError(f"reference rank {self.rank}: {self.broken[peer]}")
         head = wire.encode_header(kind, tag, encoded, len(data)) + encoded
         if len(data) <= SMALL_FRAME_BYTES:  # one system call for latency-bound messages
             parts = [memoryview(head + bytes(data))]
