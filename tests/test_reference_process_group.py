@@ -413,3 +413,21 @@ def test_two_processes_use_the_backend_through_plain_torch_distributed(tmp_path)
         wrong = {k: (result.get(k), v) for k, v in expected.items() if result.get(k) != v}
         assert not wrong, f"rank {rank}: (got, expected) per call: {wrong}"
 
+
+
+def test_a_peer_that_closed_is_seen_before_its_last_frame_is_read():
+    """The send path's check (transport._hung_up) sees a peer's close while that peer's last frame is still unread:
+    a rank whose reader has not got to the end must not complete a collective the peer gave up with that frame."""
+    from backends.reference.transport import _hung_up
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # TCP: a FIN alone raises POLLRDHUP, not POLLHUP
+        theirs = socket.create_connection(listener.getsockname())
+        mine, _ = listener.accept()
+    try:
+        theirs.sendall(b"the frame of a collective the peer then abandoned")
+        assert not _hung_up(mine), "an open connection with unread data is not closed"
+        theirs.close()
+        assert _hung_up(mine), "the peer's close was not seen while its frame was unread"
+    finally:
+        mine.close()
+    assert _hung_up(mine), "a socket closed under the sender counts as gone"
