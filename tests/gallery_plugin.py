@@ -200,8 +200,8 @@ def _named_clauses_first(items: list[pytest.Item], plan: dict[str, Selection]) -
     ordered = list(items)
     for backend, indices in places.items():
         stops_at = plan[backend].stops_at
-        mine = [items[i] for i in indices]
-        for index, item in zip(indices, [i for i in mine if stops_at(i.nodeid)] + [i for i in mine if not stops_at(i.nodeid)]):
+        named_first = sorted((items[i] for i in indices), key=lambda item: not stops_at(item.nodeid))  # stable
+        for index, item in zip(indices, named_first):
             ordered[index] = item
     return ordered
 

@@ -40,14 +40,9 @@ def meet(directory: str, step: str, rank: int, world_size: int, wait_s: float = 
     all_reduce of a group before any fault, and rank 1's send then hit the closed connection) fails the scenario for
     the machine's sake, not the backend's."""
     mark(directory, f"{step}{rank}")
-    end = time.monotonic() + wait_s
-    missing = [f"{step}{r}" for r in range(world_size)]
-    while missing:
-        missing = [name for name in missing if not os.path.exists(os.path.join(directory, name))]
-        if missing and time.monotonic() > end:
-            raise TimeoutError(f"rank {rank}: ranks' {missing} not marked within {wait_s:.0f} s")
-        if missing:
-            time.sleep(0.01)
+    missing = wait_files(directory, [f"{step}{r}" for r in range(world_size)], threading.Event(), wait_s)
+    if missing:
+        raise TimeoutError(f"rank {rank}: ranks' {missing} not marked within {wait_s:.0f} s")
 
 
 def wait_files(directory: str, names: list[str], stop: threading.Event, wait_s: float = CONTROL_WAIT_S) -> list[str]:
