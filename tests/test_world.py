@@ -1,7 +1,10 @@
 """fixtures/world.py and fixtures/pool.py driven directly: results, failures, hangs, crashes, clean-up."""
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -15,6 +18,7 @@ from tests.harness_cases import rank_fns
 from tests.harness_cases.procs import alive_of, pid_alive, rank_processes, session_of
 
 pytestmark = pytest.mark.timeout(120)
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +70,7 @@ def test_run_returns_per_rank_results_in_rank_order_and_rank_error(gloo):
         assert len(set(pids)) == 3 and os.getpid() not in pids
         # the tag every no-leftover check relies on is carried by the rank processes
         assert all(session_of(pid) == world.session_tag for pid in pids)
+        assert set(pids) <= set(rank_processes(world.session_tag))  # the leftover checks' view: ranks, as ranks
         assert world.run(rank_fns.all_reduce_rank_sum) == expected_sum(3)
 
         with pytest.raises(RankError) as info:
@@ -229,3 +234,26 @@ def test_failing_start_is_a_world_start_error(gloo, plugins, spec_name, expected
     assert not world.alive
     new = set(rank_processes(world.session_tag)) - before
     assert not alive_of(new), f"a failed start left rank processes {new}"
+
+
+# ------------------------------------------------------------ the zygote
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked", "fresh"])
+def test_a_zygote_forked_from_the_controller_serves_ranks_as_a_fresh_one_does(fork):
+    """fixtures/zygote.py: a fork of a controller that has torch imported (forked) and a fresh interpreter (fresh)
+    give the same ranks: titled with the session, found by the leftover checks, computing, gone after close()."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISTCONFORM_SESSION", "PYTEST_CURRENT_TEST")}
+    env["DISTCONFORM_FORK_ZYGOTE"] = fork
+    proc = subprocess.run([sys.executable, "-m", "tests.harness_cases.zygote_probe"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert (found["fresh_because"] == "") == (fork == "1"), found["fresh_because"]
+    session = found["session"]
+    assert found["zygote_parent"] == found["me"] and found["zygote_title"] == f"distconform-zygote --session {session}"
+    assert found["rank_titles"] == [f"distconform-rank --session {session}"] * 2
+    assert found["rank_sessions"] == [session] * 2
+    assert found["ranks_found"] == sorted(found["pids"])  # the ranks, not the zygote
+    assert found["session_found"] == sorted(found["pids"] + [found["zygote"]])
+    assert found["held_fd"] not in found["zygote_fds"] and found["zygote_fds"] == [0, 1, 2]
+    assert found["sum"] == expected_sum(2)
+    assert found["outlived_close"] == [] and found["zygote_outlived_stop"] == []

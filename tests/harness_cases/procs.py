@@ -13,7 +13,9 @@ from tests.harness_cases import warm
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SESSION_ENV = "DISTCONFORM_SESSION"  # fixtures/spawner.py: every process the suite starts carries it
-ZYGOTE_MODULE = "fixtures.zygote"
+# How a zygote shows in its command line (fixtures/zygote.py): its title, or the module a fresh one runs without
+# setproctitle. Its ranks are titled distconform-rank (without setproctitle they show the zygote's command line).
+ZYGOTE_NAMES = ("distconform-zygote", "fixtures.zygote")
 
 
 def _read(path: str) -> bytes:
@@ -49,8 +51,10 @@ def pid_alive(pid: int) -> bool:
 
 def session_of(pid: int) -> str:
     """The distconform session a process belongs to ('' if none): the ``--session`` argument of
-    its command line, or DISTCONFORM_SESSION in its environment (ranks forked by the zygote)."""
-    args = _cmdline(pid)
+    its command line (a launcher's, or the title of a zygote or of a rank it forked: setproctitle
+    writes the title as one string, so the line is split at spaces too), or DISTCONFORM_SESSION
+    in its environment (a fresh zygote's and its ranks' without setproctitle)."""
+    args = command_line(pid).split()
     if "--session" in args and args.index("--session") + 1 < len(args):
         return args[args.index("--session") + 1]
     needle = f"{SESSION_ENV}=".encode()
@@ -74,8 +78,11 @@ def session_processes(prefix="distconform-") -> dict[int, str]:
 
 
 def rank_processes(prefix: str = "distconform-") -> dict[int, str]:
-    """Session processes that are ranks: everything but the zygote (the per-session fork server)."""
-    return {pid: cmd for pid, cmd in session_processes(prefix).items() if ZYGOTE_MODULE not in cmd.split()}
+    """Session processes that are ranks: everything but the zygote (the per-session fork server).
+
+    Needs setproctitle (requirements.txt): without it a forked rank shows its zygote's command line."""
+    return {pid: cmd for pid, cmd in session_processes(prefix).items()
+            if not any(name in cmd.split() for name in ZYGOTE_NAMES)}
 
 
 def descends_from(pid: int, ancestor: int) -> bool:

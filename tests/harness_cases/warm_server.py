@@ -140,4 +140,13 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         raise SystemExit("usage: python tests/harness_cases/warm_server.py SOCKET")
     _preload()
+    try:
+        # setproctitle finds the memory a title is written to through the environment's first strings, which a
+        # run's _become replaces: found here, so that a run's zygote, a fork of it, can still show its session tag
+        # in its title (fixtures/zygote.py; without one it starts a fresh interpreter instead)
+        import setproctitle
+
+        setproctitle.getproctitle()
+    except ImportError:
+        pass
     serve(sys.argv[1])
