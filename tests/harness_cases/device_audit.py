@@ -22,7 +22,6 @@ import os
 import sys
 import traceback
 
-from fixtures.rank_config import CONFIG_ENV
 
 FAKE_DEVICE = "cpu:0"
 LOG_ENV = "DEVICE_AUDIT_LOG"
@@ -172,5 +171,7 @@ def _install() -> None:
     on_attach(fake_device)
 
 
-if os.environ.get(LOG_ENV) and CONFIG_ENV in os.environ:  # a rank process, not pytest
+if os.environ.get(LOG_ENV):
+    # Registered wherever the module is imported: a rank imports it when it joins a world (fresh zygote), or inherits
+    # it from the controller that imported it for its spec (forked zygote); the controller never attaches.
     _install()
