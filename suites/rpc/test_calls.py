@@ -16,7 +16,7 @@ from fixtures.rank import ctx
 from fixtures import rpc_lifecycle as lifecycle
 from suites.rpc import udfs
 from suites.rpc.call_modes import CALLS, FUNCTION_CALLS
-from suites.rpc.common import peer_name
+from suites.rpc.common import barrier, peer_name
 
 IN_FLIGHT = 16  # calls each worker has outstanding to each worker in the concurrency clause
 
@@ -53,6 +53,13 @@ def echo_tensors(tensors):
 
 def everyone_calls_everyone(count):
     rpc = lifecycle.rpc()
+    # Every worker has heard from every other before the burst, so the burst meets an agent past its first contact
+    # wherever the scheduler puts the peers' first requests (an agent that answers "the last caller" is right until a
+    # peer has called it: without this round its self-calls could all be answered first, and correctly).
+    for dst in range(ctx.world_size):
+        if dst != ctx.rank:
+            rpc.rpc_sync(worker_name(dst), udfs.add_and_report, args=(ctx.rank * 1000, -1))
+    barrier("everyone_calls_everyone")
     futs = {(dst, i): rpc.rpc_async(worker_name(dst), udfs.add_and_report, args=(ctx.rank * 1000, i))
             for i in range(count) for dst in range(ctx.world_size)}
     return {key: fut.wait() for key, fut in futs.items()}
@@ -115,7 +122,11 @@ def test_tensors_round_trip_exactly(rpc_agent):
 
 
 def test_concurrent_calls_each_get_their_own_reply(rpc_agent):
-    """Many calls in flight from every worker to every worker: each reply comes from the callee asked, with the caller's value."""
+    """Many calls in flight from every worker to every worker: each reply comes from the callee asked, with the caller's value.
+
+    Every worker first calls each other once and waits for all to have done so: the burst then meets agents that
+    have been called (the seeded rpc_reply_wrong_caller answers the last remote caller, so before any remote call
+    its self-calls were answered right, and whether the burst's self-calls came first was the scheduler's choice)."""
     for rank, replies in enumerate(rpc_agent.run(everyone_calls_everyone, IN_FLIGHT)):
         for (dst, i), (where, value) in sorted(replies.items()):
             assert (where, value) == (worker_name(dst), rank * 1000 + i), \
