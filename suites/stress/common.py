@@ -59,7 +59,7 @@ def backend_registry(plugins, backends):
     except (UnknownBackend, PluginImportError) as exc:
         print(f"usage error: {exc}", file=sys.stderr)
         return None
-    Zygote.warm_up()
+    Zygote.warm_up(before_any_test=True)  # nothing has run here but argument parsing and the registry
     return registry
 
 
