@@ -251,6 +251,7 @@ def test_a_zygote_forked_from_the_controller_serves_ranks_as_a_fresh_one_does(fo
     session = found["session"]
     assert found["zygote_parent"] == found["me"] and found["zygote_title"] == f"distconform-zygote --session {session}"
     assert found["rank_titles"] == [f"distconform-rank --session {session}"] * 2
+    assert found["rank_stdin"] == ["/dev/null"] * 2  # not the zygote's request pipe, and not left closed
     assert found["rank_sessions"] == [session] * 2
     assert found["ranks_found"] == sorted(found["pids"])  # the ranks, not the zygote
     assert found["session_found"] == sorted(found["pids"] + [found["zygote"]])

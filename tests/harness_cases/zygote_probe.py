@@ -30,6 +30,8 @@ def main() -> None:
             "zygote_title": command_line(zygote.proc.pid),
             "zygote_fds": sorted(int(fd) for fd in os.listdir(f"/proc/{zygote.proc.pid}/fd")),
             "rank_titles": [command_line(pid) for pid in pids],
+            "rank_stdin": [os.readlink(f"/proc/{pid}/fd/0") if os.path.exists(f"/proc/{pid}/fd/0") else None
+                           for pid in pids],
             "rank_sessions": [session_of(pid) for pid in pids],
             "session": world.session_tag,
             "ranks_found": sorted(rank_processes(world.session_tag)),
