@@ -22,7 +22,6 @@ import os
 import sys
 import traceback
 
-
 FAKE_DEVICE = "cpu:0"
 LOG_ENV = "DEVICE_AUDIT_LOG"
 _PLACED = "_device_audit_placed"  # tensor attribute: True placed on the rank's device, False not

@@ -9,13 +9,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from fixtures.zygote import SERVER_TITLE, SESSION_ENV
 from tests.harness_cases import warm
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SESSION_ENV = "DISTCONFORM_SESSION"  # fixtures/spawner.py: every process the suite starts carries it
-# How a zygote shows in its command line (fixtures/zygote.py): its title, or the module a fresh one runs without
-# setproctitle. Its ranks are titled distconform-rank (without setproctitle they show the zygote's command line).
-ZYGOTE_NAMES = ("distconform-zygote", "fixtures.zygote")
+# How a zygote shows in its command line: its title, or the module a fresh one runs without setproctitle. Its ranks
+# are titled RANK_TITLE (without setproctitle they show the zygote's command line).
+ZYGOTE_NAMES = (SERVER_TITLE, "fixtures.zygote")
 
 
 def _read(path: str) -> bytes:
