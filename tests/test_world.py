@@ -15,10 +15,9 @@ from fixtures.errors import DeadlineExceeded, RankDied, RankError, WorldStartErr
 from fixtures.pool import WorldPool
 from fixtures.world import World
 from tests.harness_cases import rank_fns
-from tests.harness_cases.procs import alive_of, pid_alive, rank_processes, session_of
+from tests.harness_cases.procs import REPO_ROOT, alive_of, pid_alive, rank_processes, session_of
 
 pytestmark = pytest.mark.timeout(120)
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")

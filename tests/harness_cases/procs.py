@@ -9,10 +9,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from fixtures.zygote import SERVER_TITLE, SESSION_ENV
+from fixtures.zygote import REPO_ROOT, SERVER_TITLE, SESSION_ENV
 from tests.harness_cases import warm
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # How a zygote shows in its command line: its title, or the module a fresh one runs without setproctitle. Its ranks
 # are titled RANK_TITLE (without setproctitle they show the zygote's command line).
 ZYGOTE_NAMES = (SERVER_TITLE, "fixtures.zygote")
