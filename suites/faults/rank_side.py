@@ -195,10 +195,12 @@ def under_fault(directory: str, timeout_s: float, numels: dict[str, int], bound_
     meeting.wait(directory, "go", f"rank {ctx.rank}")
     waits = {name: Timed(functools.partial(call, targets[name], numels[name]), name)
              for name, call in OPERATIONS.items()}
-    for name in NUMBERED:  # read while each waits: the entries once the call under the fault is recorded
-        issued = len(recorded[name]["before"]["entries"]) + 1
-        recorded[name]["under"] = recorder_view.while_waiting(groups[name], since[name], issued,
-                                                              functools.partial(_ended, waits[name]))
+    # read while each waits: the entries once the call under the fault is recorded
+    under = recorder_view.while_waiting(
+        {name: recorder_view.Waiting(groups[name], since[name], len(recorded[name]["before"]["entries"]) + 1,
+                                     functools.partial(_ended, waits[name])) for name in NUMBERED}, bound_s)
+    for name, seen in under.items():
+        recorded[name]["under"] = seen
     # one after the other, from this thread's view: c10d's bookkeeping of groups is not made for threads
     out: dict[str, dict] = {
         "abort": _pending_then(groups["abort"], numel,

@@ -71,7 +71,8 @@ def test_the_recorder_shows_the_collective_each_rank_waits_in(scenario, operatio
         expected = max((e["collective_seq_id"] for e in before), default=0) + 1
         seen[rank] = [e["collective_seq_id"] for e in under["entries"]]
         if not under["in_flight"]:
-            wrong[rank] = f"its {operation} had ended before the recorder was read (not in flight): nothing to judge"
+            wrong[rank] = f"its {operation} ended before the recorder showed it waiting (read as it ended: " \
+                          f"{_brief(entry)}, pg_status {under['pg_status']})"
         elif entry is None or not names.match(entry["profiling_name"].split(":", 1)[-1]) \
                 or entry["collective_seq_id"] != expected or _said_completed(under, entry):
             wrong[rank] = f"{_brief(entry)}, pg_status {under['pg_status']}; expected {operation} #{expected}, " \

@@ -14,13 +14,14 @@ from tests.seeded.reference_base import ReferenceProcessGroup, register_referenc
 
 
 class RecordedWhenDoneWork(ReferenceWork):
+    # the whole record at the end: it appears as the Work left it (retired, counted in pg_status)
     def _record_completion(self) -> None:
-        self._publish()
         super()._record_completion()
+        self._publish()
 
     def _record_failure(self) -> None:
-        self._publish()
         super()._record_failure()
+        self._publish()
 
     def _publish(self) -> None:
         if self.fr_entry is not None and self.fr_entry not in recorder().entries:
